@@ -1,0 +1,257 @@
+"""The one Triton launcher: compiled through jax-triton on a CUDA GPU, interpreted on a CPU.
+
+`triton_call` has jax-triton's calling convention: arrays positional (in kernel-argument order,
+outputs appended after them), Python scalars positional or as keywords, constexprs as keywords,
+`out_shape` a `jax.ShapeDtypeStruct` or a sequence of them, `grid` a tuple or a function of the
+meta-parameters. Kernels may be wrapped in `@triton.autotune` and `@triton.heuristics`.
+
+On a machine without a CUDA GPU the *same* `@triton.jit` source runs in Triton's interpreter
+(NumPy), inside `jax.pure_callback`, with torch CPU tensors as carriers. That path
+
+* works under `jax.jit`, `custom_vjp` and `vmap` (sequentially);
+* fills every output with NaN (integers with their minimum) before the kernel runs, so an element
+  the kernel forgets to write is loud; outputs listed in `zeroed_outputs` start at zero instead;
+* cannot benchmark, so it unwraps `@triton.autotune` and runs one config: the first one that
+  survives the kernel's `prune_configs_by`, or the one chosen with `interpreter_config(...)`.
+  Configs must not change output shapes (true for jax-triton's autotuning too).
+
+`None` arguments travel as `ABSENT`-shaped placeholders (a zero-length int8 array), and
+`given(name)` builds the `triton.heuristics` entry that tells a kernel whether an optional input
+was passed: on both paths the heuristic sees the same thing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import _backend  # first: sets TRITON_INTERPRET before triton is imported
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import triton
+from triton.runtime.autotuner import Autotuner, Heuristics
+
+
+INTERPRET: bool = _backend.INTERPRET
+"""True when kernels run in Triton's interpreter (decided in `workbench._backend`)."""
+
+
+# ----------------------------------------------------------------------------- optional inputs
+
+ABSENT_SHAPE = (0,)
+
+
+def absent() -> jax.Array:
+    """The placeholder that stands for a `None` argument."""
+    return jnp.zeros(ABSENT_SHAPE, jnp.int8)
+
+
+def is_given(x: Any) -> bool:
+    """Whether a kernel argument (jax aval, torch tensor or None) is a real input."""
+    return x is not None and tuple(getattr(x, "shape", ())) != ABSENT_SHAPE
+
+
+def given(name: str) -> Callable[[dict[str, Any]], bool]:
+    """A `triton.heuristics` entry: True when argument `name` was passed (not None)."""
+    return lambda args: is_given(args[name])
+
+
+# ----------------------------------------------------------------------------- config choice (CPU)
+
+_CONFIG_CHOICE: dict[int, int] = {}
+_CONFIG_LOCK = threading.Lock()
+
+
+def autotune_configs(kernel: Any) -> list[triton.Config]:
+    """The configs of an `@triton.autotune` kernel ([] for a plain one)."""
+    return list(kernel.configs) if isinstance(kernel, Autotuner) else []
+
+
+@contextlib.contextmanager
+def interpreter_config(kernel: Autotuner, index: int):
+    """Run `kernel` with `kernel.configs[index]` on the interpreter path while the block is open.
+
+    The choice is read when the kernel *runs*, so results must be awaited inside the block
+    (`jax.block_until_ready`); it does not change what jit traced. Ignored on a GPU, where
+    jax-triton autotunes.
+    """
+    configs = autotune_configs(kernel)
+    if not 0 <= index < len(configs):
+        raise ValueError(f"index: kernel has {len(configs)} configs, got index {index}")
+    with _CONFIG_LOCK:
+        previous = _CONFIG_CHOICE.get(id(kernel))
+        _CONFIG_CHOICE[id(kernel)] = index
+    try:
+        yield configs[index]
+    finally:
+        with _CONFIG_LOCK:
+            if previous is None:
+                _CONFIG_CHOICE.pop(id(kernel), None)
+            else:
+                _CONFIG_CHOICE[id(kernel)] = previous
+
+
+# ----------------------------------------------------------------------------- public entry point
+
+
+def triton_call(
+    *args: Any,
+    kernel: Any,
+    out_shape: Any,
+    grid: Any,
+    name: str = "",
+    zeroed_outputs: Sequence[int] | Callable[[dict[str, Any]], Sequence[int]] = (),
+    input_output_aliases: dict[int, int] | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    **metaparams: Any,
+) -> Any:
+    """Launch `kernel` on `args` and return its outputs (jax-triton's `triton_call` convention).
+
+    `None` in `args` becomes the `absent()` placeholder; test it in the kernel with a
+    `triton.heuristics({"USE_X": given("x")})` flag.
+    """
+    args = tuple(absent() if a is None else a for a in args)
+    single = not isinstance(out_shape, (list, tuple))
+    out_shapes = [out_shape] if single else list(out_shape)
+    out_shapes = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in out_shapes]
+    if INTERPRET:
+        outs = _interpreted_call(
+            args, kernel, out_shapes, grid, zeroed_outputs, input_output_aliases or {}, metaparams
+        )
+    else:
+        import jax_triton  # imported here: it refuses to import without a GPU-enabled jaxlib
+
+        outs = jax_triton.triton_call(
+            *args,
+            kernel=kernel,
+            out_shape=out_shapes,
+            grid=grid,
+            name=name,
+            zeroed_outputs=zeroed_outputs,
+            input_output_aliases=input_output_aliases,
+            num_warps=num_warps,
+            num_stages=num_stages,
+            **metaparams,
+        )
+    return outs[0] if single else list(outs)
+
+
+# ----------------------------------------------------------------------------- interpreter path
+
+
+def _is_array(a: Any) -> bool:
+    return isinstance(a, (jax.Array, np.ndarray)) or hasattr(a, "aval")
+
+
+def _interpreted_call(args, kernel, out_shapes, grid, zeroed_outputs, aliases, metaparams):
+    array_pos = [i for i, a in enumerate(args) if _is_array(a)]
+    arrays = [jnp.asarray(args[i]) for i in array_pos]
+    run = functools.partial(
+        _run_interpreted,
+        kernel=kernel,
+        n_args=len(args),
+        array_pos=tuple(array_pos),
+        scalars={i: a for i, a in enumerate(args) if i not in array_pos},
+        out_shapes=out_shapes,
+        grid=grid,
+        zeroed_outputs=zeroed_outputs,
+        aliases=aliases,
+        metaparams=metaparams,
+    )
+    return jax.pure_callback(run, out_shapes, *arrays, vmap_method="sequential")
+
+
+def _unwrap(kernel):
+    """Split an autotune/heuristics stack into (autotuner or None, heuristics list, jit function)."""
+    tuner = kernel if isinstance(kernel, Autotuner) else None
+    fn = kernel.fn if tuner is not None else kernel
+    heuristics = []
+    while isinstance(fn, Heuristics):
+        heuristics.append(fn.values)
+        fn = fn.fn
+    if isinstance(fn, Autotuner):
+        raise ValueError("kernel: put @triton.autotune outermost, above @triton.heuristics")
+    return tuner, heuristics, fn
+
+
+def _choose_config(tuner, named_args) -> triton.Config | None:
+    if tuner is None:
+        return None
+    index = _CONFIG_CHOICE.get(id(tuner))
+    if index is not None:
+        return tuner.configs[index]
+    configs = list(tuner.configs)
+    if tuner.early_config_prune is not None:
+        configs = tuner.early_config_prune(configs, named_args) or configs
+    return configs[0]
+
+
+_TORCH_VIEW = {"bfloat16": ("uint16", "bfloat16")}
+
+
+def _to_torch(x: np.ndarray):
+    import torch
+
+    x = np.ascontiguousarray(x)
+    if x.dtype.name in _TORCH_VIEW:
+        raw, torch_name = _TORCH_VIEW[x.dtype.name]
+        return torch.from_numpy(x.view(raw).copy()).view(getattr(torch, torch_name))
+    return torch.from_numpy(x.copy())
+
+
+def _to_numpy(t, dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    if dtype.name in _TORCH_VIEW:
+        import torch
+
+        raw, _ = _TORCH_VIEW[dtype.name]
+        return t.view(getattr(torch, raw)).numpy().view(dtype)
+    return t.numpy()
+
+
+def _fresh_output(shape, dtype, zero: bool):
+    import torch
+
+    dtype = np.dtype(dtype)
+    out = _to_torch(np.zeros(shape, dtype))
+    if not zero:
+        if np.issubdtype(dtype, np.floating) or dtype.name in _TORCH_VIEW:
+            out.fill_(float("nan"))
+        elif np.issubdtype(dtype, np.integer):
+            out.fill_(torch.iinfo(out.dtype).min)
+    return out
+
+
+def _run_interpreted(*arrays, kernel, n_args, array_pos, scalars, out_shapes, grid, zeroed_outputs,
+                     aliases, metaparams):
+    tuner, heuristics, fn = _unwrap(kernel)
+    call_args = [None] * n_args
+    for pos, arr in zip(array_pos, arrays):
+        call_args[pos] = _to_torch(np.asarray(arr))
+    for pos, value in scalars.items():
+        call_args[pos] = value
+    out_names = fn.arg_names[n_args:n_args + len(out_shapes)]
+    named = dict(zip(fn.arg_names, call_args))
+
+    config = _choose_config(tuner, named)
+    meta = {**metaparams, **(config.kwargs if config is not None else {})}
+    zeroed = zeroed_outputs(meta) if callable(zeroed_outputs) else zeroed_outputs
+    outs = [_fresh_output(s.shape, s.dtype, i in zeroed) for i, s in enumerate(out_shapes)]
+    for in_idx, out_idx in aliases.items():
+        outs[out_idx].copy_(call_args[in_idx])
+    named.update(zip(out_names, outs))
+    for values in heuristics:
+        for key, rule in values.items():
+            meta[key] = rule({**named, **meta})
+
+    launch_grid = grid(meta) if callable(grid) else grid
+    launch_grid = (launch_grid,) if isinstance(launch_grid, int) else tuple(launch_grid)
+    if all(g > 0 for g in launch_grid):
+        fn[launch_grid](*call_args, *outs, **meta)
+    return tuple(_to_numpy(o, s.dtype) for o, s in zip(outs, out_shapes))

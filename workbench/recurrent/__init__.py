@@ -1,0 +1,224 @@
+"""Fused recurrent (gated) linear attention: `workbench.recurrent`.
+
+    S ← S ⊙ exp(G_t) + k_t v_tᵀ,   G_t[i, j] = g_t + g_gamma + gk_t[i] + gv_t[j]
+    o_t = S_tᵀ (scale · q_t)
+
+Triton forward and backward kernels (`kernels.py`), the pure-JAX reference (`reference.py`) and
+the derivation (`NOTES.md`). This module is the glue: validation, packing, the custom VJP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import triton
+
+from .. import _checks
+from ..launch import triton_call
+from . import kernels
+from .reference import recurrent_ref
+
+__all__ = ["recurrent", "Tuning"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    """Static choices of the Triton path that do not change the result.
+
+    backward: "triton" runs the backward kernel; "reference" runs `jax.vjp` of the reference
+        instead, so the forward kernel can be tested alone and a wrong gradient bisected.
+    block_k: key-block size of the backward kernel (None: chosen from K). It fixes the shape of
+        the partial sums, so it is a static choice rather than an autotuned one.
+    """
+
+    backward: Literal["triton", "reference"] = "triton"
+    block_k: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    scale: float
+    reverse: bool
+    tuning: Tuning
+
+
+def recurrent(q, k, v, g=None, g_gamma=None, gk=None, gv=None, *, scale=None, initial_state=None,
+              reverse=False, cu_seqlens=None, implementation=None, tuning: Tuning | None = None):
+    """Fused recurrent gated linear attention, one step per token.
+
+    Args:
+      q, k: `[B, T, H, K]`; v: `[B, T, H, V]` (float32, bfloat16 or float16, one dtype).
+      g: `[B, T, H]`, gk: `[B, T, H, K]`, gv: `[B, T, H, V]`: natural-log decays (≤ 0), optional.
+      g_gamma: `[H]` constant per-head log decay (not differentiated).
+      scale: multiplies q; None means `K ** -0.5`.
+      initial_state: `[N, H, K, V]` (N = B, or the number of sequences with `cu_seqlens`).
+      reverse: run each sequence from its last token to its first.
+      cu_seqlens: int32 `[N+1]` bounds of packed sequences (then B must be 1).
+      implementation: None/"triton" (Triton kernels; interpreter on CPU) or "reference" (JAX).
+      tuning: static kernel choices (`Tuning`), for tests and bisecting.
+
+    Returns:
+      `(o, final_state)`: o `[B, T, H, V]` in the dtype of v; final_state `[N, H, K, V]` float32.
+
+    Gradients flow to q, k, v, g, gk, gv and initial_state from both outputs.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, workbench
+      >>> q, k, v = (jax.random.normal(jax.random.key(i), (1, 16, 2, 8)) for i in range(3))
+      >>> gk = -jax.nn.softplus(jax.random.normal(jax.random.key(3), (1, 16, 2, 8)))
+      >>> o, state = workbench.recurrent(q, k, v, gk=gk)
+      >>> o.shape, state.shape
+      ((1, 16, 2, 8), (1, 2, 8, 8))
+    """
+    impl = _checks.implementation_name(implementation)
+    N = _validate(q, k, v, g, g_gamma, gk, gv, scale, initial_state, cu_seqlens, impl)
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    scale = K ** -0.5 if scale is None else float(scale)
+    if impl == "reference":
+        return recurrent_ref(q, k, v, g, g_gamma, gk, gv, scale=scale, initial_state=initial_state,
+                             reverse=reverse, cu_seqlens=cu_seqlens)
+
+    # (rec.2) fold the scalar gates into one per-key log-gate; autodiff of this sum gives dg.
+    if g_gamma is not None:
+        g_gamma = jax.lax.stop_gradient(g_gamma)
+    gk_eff = None
+    if g is not None or g_gamma is not None or gk is not None:
+        gk_eff = jnp.zeros((B, T, H, K), jnp.float32)
+        if gk is not None:
+            gk_eff = gk_eff + gk.astype(jnp.float32)
+        if g is not None:
+            gk_eff = gk_eff + g.astype(jnp.float32)[..., None]
+        if g_gamma is not None:
+            gk_eff = gk_eff + g_gamma.astype(jnp.float32)[:, None]
+
+    # Every kernel sees packed sequences; a fixed-length batch is cu_seqlens = arange(B+1)·T.
+    if cu_seqlens is None:
+        cu = jnp.arange(B + 1, dtype=jnp.int32) * T
+    else:
+        cu = cu_seqlens.astype(jnp.int32)
+    pack = lambda x: None if x is None else x.reshape(1, B * T, *x.shape[2:])  # noqa: E731
+    h0 = (jnp.zeros((N, H, K, V), jnp.float32) if initial_state is None
+          else initial_state.astype(jnp.float32))
+    static = _Static(scale=scale, reverse=bool(reverse), tuning=tuning or Tuning())
+    o, ht = _recurrent_packed(pack(q), pack(k), pack(v), pack(gk_eff), pack(gv), h0, cu, static)
+    return o.reshape(B, T, H, V), ht
+
+
+def _validate(q, k, v, g, g_gamma, gk, gv, scale, initial_state, cu_seqlens, impl) -> int:
+    dtypes = _checks.float_dtypes(impl)
+    _checks.array("q", q, 4, dtypes, "[B, T, H, K]")
+    B, T, H, K = q.shape
+    shapes = f"q {tuple(q.shape)}"
+    _checks.array("k", k, 4, dtypes, "[B, T, H, K]")
+    _checks.shape("k", k, q.shape, "[B, T, H, K]", f"must match {shapes}")
+    _checks.array("v", v, 4, dtypes, "[B, T, H, V]")
+    if tuple(v.shape[:3]) != (B, T, H):
+        raise ValueError(f"v: expected shape [B, T, H, V] with B, T, H = {(B, T, H)} from {shapes}, "
+                         f"got {tuple(v.shape)}")
+    V = v.shape[-1]
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v: must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if impl == "triton" and max(K, V) > 256:
+        raise ValueError(f"q, v: the Triton kernels support K, V ≤ 256, got K={K}, V={V}")
+    for name, x, expected, doc in (("g", g, (B, T, H), "[B, T, H]"), ("gk", gk, (B, T, H, K), "[B, T, H, K]"),
+                                   ("gv", gv, (B, T, H, V), "[B, T, H, V]"), ("g_gamma", g_gamma, (H,), "[H]")):
+        if x is not None:
+            _checks.array(name, x, len(expected), _checks.REFERENCE_DTYPES if impl == "reference"
+                          else _checks.KERNEL_DTYPES, doc)
+            _checks.shape(name, x, expected, doc, f"from {shapes}, v {tuple(v.shape)}")
+    _checks.positive_scale(scale)
+    if cu_seqlens is not None:
+        _checks.cu_seqlens(cu_seqlens, B, T, f"{shapes}")
+        N = cu_seqlens.shape[0] - 1
+    else:
+        N = B
+    if initial_state is not None:
+        _checks.array("initial_state", initial_state, 4, _checks.REFERENCE_DTYPES, "[N, H, K, V]")
+        _checks.shape("initial_state", initial_state, (N, H, K, V), "[N, H, K, V]",
+                      f"N={N} {'sequences in cu_seqlens' if cu_seqlens is not None else 'batch'}")
+    return N
+
+
+# ----------------------------------------------------------------------------- custom VJP
+
+
+def _block_k(K: int, tuning: Tuning) -> int:
+    BK = tuning.block_k or min(32, triton.next_power_of_2(K))
+    if BK & (BK - 1) or BK < 1:
+        raise ValueError(f"tuning.block_k: must be a power of two, got {BK}")
+    return BK
+
+
+def _forward(q, k, v, gk, gv, h0, cu, static: _Static):
+    _, TT, H, K = q.shape
+    V = v.shape[-1]
+    N = cu.shape[0] - 1
+    grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H)  # noqa: E731
+    return triton_call(
+        q, k, v, gk, gv, h0, cu,
+        kernel=kernels.recurrent_fwd_kernel,
+        out_shape=[jax.ShapeDtypeStruct(v.shape, v.dtype), jax.ShapeDtypeStruct((N, H, K, V), jnp.float32)],
+        grid=grid, name="workbench_recurrent_fwd",
+        scale=static.scale, H=H, K=K, V=V, BK=triton.next_power_of_2(K), REVERSE=static.reverse,
+    )
+
+
+def _backward(q, k, v, gk, gv, h0, cu, do, dht, static: _Static):
+    _, TT, H, K = q.shape
+    V = v.shape[-1]
+    N = cu.shape[0] - 1
+    BK = _block_k(K, static.tuning)
+    NK = triton.cdiv(K, BK)
+    f32 = jnp.float32
+    unused = jax.ShapeDtypeStruct((0,), f32)
+    dq, dk, dv, dh0, dgk, dgv = triton_call(
+        q, k, v, gk, gv, h0, do, dht, cu,
+        kernel=kernels.recurrent_bwd_kernel,
+        out_shape=[
+            jax.ShapeDtypeStruct(q.shape, q.dtype),
+            jax.ShapeDtypeStruct(k.shape, k.dtype),
+            jax.ShapeDtypeStruct((NK, *v.shape), f32),
+            jax.ShapeDtypeStruct((N, H, K, V), f32),
+            jax.ShapeDtypeStruct(q.shape, f32) if gk is not None else unused,
+            jax.ShapeDtypeStruct((NK, *v.shape), f32) if gv is not None else unused,
+        ],
+        grid=(NK, N * H), name="workbench_recurrent_bwd",
+        scale=static.scale, H=H, K=K, V=V, BK=BK, BV=triton.next_power_of_2(V), REVERSE=static.reverse,
+    )
+    dv = dv.sum(0).astype(v.dtype)
+    dgk = dgk.astype(gk.dtype) if gk is not None else None
+    dgv = dgv.sum(0).astype(gv.dtype) if gv is not None else None
+    return dq, dk, dv, dgk, dgv, dh0
+
+
+def _reference_packed(q, k, v, gk, gv, h0, cu, static: _Static):
+    return recurrent_ref(q, k, v, gk=gk, gv=gv, scale=static.scale, initial_state=h0,
+                         reverse=static.reverse, cu_seqlens=cu)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
+def _recurrent_packed(q, k, v, gk, gv, h0, cu, static: _Static):
+    return _forward(q, k, v, gk, gv, h0, cu, static)
+
+
+def _recurrent_packed_fwd(q, k, v, gk, gv, h0, cu, static: _Static):
+    return _forward(q, k, v, gk, gv, h0, cu, static), (q, k, v, gk, gv, h0, cu)
+
+
+def _recurrent_packed_bwd(static: _Static, residuals, cotangents):
+    q, k, v, gk, gv, h0, cu = residuals
+    do, dht = cotangents
+    if static.tuning.backward == "reference":
+        _, vjp = jax.vjp(lambda *a: _reference_packed(*a, cu, static), q, k, v, gk, gv, h0)
+        return (*vjp((do, dht)), None)
+    dq, dk, dv, dgk, dgv, dh0 = _backward(q, k, v, gk, gv, h0, cu, do.astype(v.dtype),
+                                          dht.astype(jnp.float32), static)
+    return dq, dk, dv, dgk, dgv, dh0, None
+
+
+_recurrent_packed.defvjp(_recurrent_packed_fwd, _recurrent_packed_bwd)

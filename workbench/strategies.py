@@ -1,0 +1,64 @@
+"""Hypothesis strategies shared by every kernel family, and the `ci` / `dev` profiles.
+
+Sizes come from short lists (each new shape retraces and, on CPU, re-interprets), always including
+sizes that do not fill a block. Arrays are generated from a drawn integer seed, so one number in a
+failure report reproduces the inputs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax.numpy as jnp
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+settings.register_profile(
+    "ci", max_examples=6, deadline=None, derandomize=True, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "dev", max_examples=60, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def load_profile() -> str:
+    """Load HYPOTHESIS_PROFILE (default `ci`) and return its name."""
+    name = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+    settings.load_profile(name)
+    return name
+
+
+seeds = st.integers(min_value=0, max_value=2**31 - 1)
+
+# Small sizes for the interpreter; odd ones on purpose (not powers of two, not block multiples).
+seq_lens = st.sampled_from([1, 7, 16, 33, 64])
+head_dims = st.sampled_from([8, 12, 16, 24, 32])
+heads = st.sampled_from([1, 2, 3])
+batches = st.sampled_from([1, 2])
+dtypes = st.sampled_from([jnp.float32, jnp.bfloat16, jnp.float16])
+kernel_dtypes = st.sampled_from([jnp.float32, jnp.bfloat16])
+
+# Typical magnitude of log-decays: none, mild, moderate, strong (≈ −5 and below).
+gate_strengths = st.sampled_from([0.0, 0.1, 1.0, 5.0, 12.0])
+gate_sets = st.sampled_from([(), ("g",), ("gk",), ("gv",), ("g_gamma",), ("g", "gk"), ("gk", "gv"),
+                             ("g", "g_gamma", "gk", "gv")])
+
+
+@st.composite
+def recurrent_shapes(draw):
+    """(B, T, H, K, V) with K ≠ V often."""
+    return draw(batches), draw(seq_lens), draw(heads), draw(head_dims), draw(head_dims)
+
+
+@st.composite
+def cu_seqlens(draw, max_total: int = 64, max_seqs: int = 5):
+    """Packed sequence bounds [0, …, total] as a list: empty and length-1 sequences included."""
+    n = draw(st.integers(1, max_seqs))
+    special = st.sampled_from([0, 1])
+    lengths = draw(st.lists(st.one_of(special, st.integers(0, max_total // n)), min_size=n, max_size=n))
+    bounds = [0]
+    for length in lengths:
+        bounds.append(bounds[-1] + length)
+    return bounds

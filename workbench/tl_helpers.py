@@ -1,0 +1,28 @@
+"""`@triton.jit` helpers shared by every kernel family: sequence bounds and time stepping.
+
+Every kernel sees packed sequences: inputs are `[1, total_T, H, ...]` and `cu_seqlens` `[N+1]`
+gives each sequence's bounds. A fixed-length batch is the special case `cu_seqlens = arange(B+1)*T`,
+so no kernel needs a separate fixed-length prologue.
+"""
+
+import triton
+import triton.language as tl
+
+LOG2E: tl.constexpr = 1.4426950408889634
+
+
+@triton.jit
+def sequence_bounds(cu_seqlens, i_n):
+    """(bos, eos) of sequence `i_n`, as int64 so that offsets past 2**31 elements stay exact."""
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    return bos, eos
+
+
+@triton.jit
+def time_index(i, bos, eos, REVERSE: tl.constexpr):
+    """Absolute row of the i-th step of a sequence: bos + i forward, eos - 1 - i when REVERSE."""
+    if REVERSE:
+        return eos - 1 - i
+    else:
+        return bos + i
