@@ -8,7 +8,9 @@ so no kernel needs a separate fixed-length prologue.
 import triton
 import triton.language as tl
 
-LOG2E: tl.constexpr = 1.4426950408889634
+# A module-level constant is visible inside @triton.jit only when it is a tl.constexpr instance
+# (an annotation `LOG2E: tl.constexpr = ...` is rejected by the compiler, though the interpreter takes it).
+LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
