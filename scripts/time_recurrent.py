@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import triton
 
 from workbench import launch
+from workbench.recurrent import Tuning
 from workbench.testing import recurrent_inputs, rms_rel
 
 SHAPE = dict(B=8, T=4096, H=16, K=64, V=64)
@@ -71,6 +72,7 @@ def main(argv=None):
     parser.add_argument("--out", default="data/bench")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--T", type=int, default=SHAPE["T"])
+    parser.add_argument("--sweep-block-k", default="", help="also time forward+backward per Tuning.block_k, e.g. 8,16,32,64")
     args = parser.parse_args(argv)
     shape = dict(SHAPE, T=args.T)
     B, T, H, K, V = (shape[n] for n in "BTHKV")
@@ -96,6 +98,17 @@ def main(argv=None):
                          "outputs": jax.device_get(fwd_bwd(q, k, v, gk))}
         print(f"{impl:>9s}: forward {ms_f:8.3f} ms   forward+backward {ms_fb:8.3f} ms", flush=True)
 
+    sweep = {}
+    for bk in [int(x) for x in args.sweep_block_k.split(",") if x]:
+        tuning = Tuning(block_k=bk)
+
+        def fwd_bwd_bk(q, k, v, gk, tuning=tuning):
+            (o, ht), pullback = jax.vjp(lambda *a: workbench.recurrent(*a[:3], gk=a[3], tuning=tuning), q, k, v, gk)
+            return o, ht, pullback((do, dht))
+
+        sweep[bk] = _median_ms(jax.jit(fwd_bwd_bk), q, k, v, gk, iters=args.iters)
+        print(f"   block_k={bk:3d}: forward+backward {sweep[bk]:8.3f} ms", flush=True)
+
     names = ["o", "final_state", "dq", "dk", "dv", "dgk"]
     flat = lambda r: [r["outputs"][0], r["outputs"][1], *r["outputs"][2]]  # noqa: E731
     errors = {n: rms_rel(a, b) for n, a, b in zip(names, flat(results["triton"]), flat(results["reference"]))}
@@ -110,6 +123,7 @@ def main(argv=None):
         "timings_ms": {impl: {k2: r[k2] for k2 in ("forward_ms", "forward_backward_ms")}
                        for impl, r in results.items()},
         "rms_rel_vs_reference": errors,
+        "forward_backward_ms_by_block_k": sweep,
         "targets_ms": {"forward": 3.6, "forward_backward": 8.0},
     }
     os.makedirs(args.out, exist_ok=True)

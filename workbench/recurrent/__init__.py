@@ -83,18 +83,8 @@ def recurrent(q, k, v, g=None, g_gamma=None, gk=None, gv=None, *, scale=None, in
         return recurrent_ref(q, k, v, g, g_gamma, gk, gv, scale=scale, initial_state=initial_state,
                              reverse=reverse, cu_seqlens=cu_seqlens)
 
-    # (rec.2) fold the scalar gates into one per-key log-gate; autodiff of this sum gives dg.
-    if g_gamma is not None:
-        g_gamma = jax.lax.stop_gradient(g_gamma)
-    gk_eff = None
-    if g is not None or g_gamma is not None or gk is not None:
-        gk_eff = jnp.zeros((B, T, H, K), jnp.float32)
-        if gk is not None:
-            gk_eff = gk_eff + gk.astype(jnp.float32)
-        if g is not None:
-            gk_eff = gk_eff + g.astype(jnp.float32)[..., None]
-        if g_gamma is not None:
-            gk_eff = gk_eff + g_gamma.astype(jnp.float32)[:, None]
+    if g_gamma is not None:  # a constant (API.md): no gradient flows to it
+        g_gamma = jax.lax.stop_gradient(g_gamma).astype(jnp.float32)
 
     # Every kernel sees packed sequences; a fixed-length batch is cu_seqlens = arange(B+1)·T.
     if cu_seqlens is None:
@@ -105,7 +95,7 @@ def recurrent(q, k, v, g=None, g_gamma=None, gk=None, gv=None, *, scale=None, in
     h0 = (jnp.zeros((N, H, K, V), jnp.float32) if initial_state is None
           else initial_state.astype(jnp.float32))
     static = _Static(scale=scale, reverse=bool(reverse), tuning=tuning or Tuning())
-    o, ht = _recurrent_packed(pack(q), pack(k), pack(v), pack(gk_eff), pack(gv), h0, cu, static)
+    o, ht = _recurrent_packed(pack(q), pack(k), pack(v), pack(g), pack(gk), pack(gv), g_gamma, h0, cu, static)
     return o.reshape(B, T, H, V), ht
 
 
@@ -148,19 +138,33 @@ def _validate(q, k, v, g, g_gamma, gk, gv, scale, initial_state, cu_seqlens, imp
 
 
 def _block_k(K: int, tuning: Tuning) -> int:
-    BK = tuning.block_k or min(32, triton.next_power_of_2(K))
+    BK = tuning.block_k or min(8, triton.next_power_of_2(K))
     if BK & (BK - 1) or BK < 1:
         raise ValueError(f"tuning.block_k: must be a power of two, got {BK}")
     return BK
 
 
-def _forward(q, k, v, gk, gv, h0, cu, static: _Static):
+def _fold_gates(g, gk, g_gamma, shape):
+    """(rec.2) One per-key log-gate gk_eff = gk + g + g_gamma (float32); gk itself when it is alone."""
+    if g is None and g_gamma is None:
+        return gk  # as given: the kernels convert on load
+    gk_eff = jnp.zeros(shape, jnp.float32)
+    if gk is not None:
+        gk_eff = gk_eff + gk.astype(jnp.float32)
+    if g is not None:
+        gk_eff = gk_eff + g.astype(jnp.float32)[..., None]
+    if g_gamma is not None:
+        gk_eff = gk_eff + g_gamma[:, None]
+    return gk_eff
+
+
+def _forward(q, k, v, gk_eff, gv, h0, cu, static: _Static):
     _, TT, H, K = q.shape
     V = v.shape[-1]
     N = cu.shape[0] - 1
     grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H)  # noqa: E731
     return triton_call(
-        q, k, v, gk, gv, h0, cu,
+        q, k, v, gk_eff, gv, h0, cu,
         kernel=kernels.recurrent_fwd_kernel,
         out_shape=[jax.ShapeDtypeStruct(v.shape, v.dtype), jax.ShapeDtypeStruct((N, H, K, V), jnp.float32)],
         grid=grid, name="workbench_recurrent_fwd",
@@ -168,7 +172,8 @@ def _forward(q, k, v, gk, gv, h0, cu, static: _Static):
     )
 
 
-def _backward(q, k, v, gk, gv, h0, cu, do, dht, static: _Static):
+def _backward(q, k, v, gk_eff, gv, h0, cu, do, dht, static: _Static):
+    """Gradients of (q, k, v, gk_eff, gv, h0) and dg = Σ_i dgk_eff (rec.8), summed in the kernel."""
     _, TT, H, K = q.shape
     V = v.shape[-1]
     N = cu.shape[0] - 1
@@ -176,49 +181,59 @@ def _backward(q, k, v, gk, gv, h0, cu, do, dht, static: _Static):
     NK = triton.cdiv(K, BK)
     f32 = jnp.float32
     unused = jax.ShapeDtypeStruct((0,), f32)
-    dq, dk, dv, dh0, dgk, dgv = triton_call(
-        q, k, v, gk, gv, h0, do, dht, cu,
+    dq, dk, dv, dh0, dgk, dg, dgv = triton_call(
+        q, k, v, gk_eff, gv, h0, do, dht, cu,
         kernel=kernels.recurrent_bwd_kernel,
         out_shape=[
             jax.ShapeDtypeStruct(q.shape, q.dtype),
             jax.ShapeDtypeStruct(k.shape, k.dtype),
             jax.ShapeDtypeStruct((NK, *v.shape), f32),
             jax.ShapeDtypeStruct((N, H, K, V), f32),
-            jax.ShapeDtypeStruct(q.shape, f32) if gk is not None else unused,
-            jax.ShapeDtypeStruct((NK, *v.shape), f32) if gv is not None else unused,
+            # [0]: the gradient; [1]: scratch (low halves of the sweep-1 terms)
+            jax.ShapeDtypeStruct((2, *q.shape), f32) if gk_eff is not None else unused,
+            jax.ShapeDtypeStruct((NK, *q.shape[:3]), f32) if gk_eff is not None else unused,
+            jax.ShapeDtypeStruct((NK, 2, *v.shape), f32) if gv is not None else unused,
         ],
         grid=(NK, N * H), name="workbench_recurrent_bwd",
         scale=static.scale, H=H, K=K, V=V, BK=BK, BV=triton.next_power_of_2(V), REVERSE=static.reverse,
     )
-    dv = dv.sum(0).astype(v.dtype)
-    dgk = dgk.astype(gk.dtype) if gk is not None else None
-    dgv = dgv.sum(0).astype(gv.dtype) if gv is not None else None
-    return dq, dk, dv, dgk, dgv, dh0
+    dv = dv.sum(0)
+    dgk = dgk[0] if gk_eff is not None else None
+    dg = dg.sum(0) if gk_eff is not None else None
+    dgv = dgv[:, 0].sum(0) if gv is not None else None
+    return dq, dk, dv, dgk, dg, dgv, dh0
 
 
-def _reference_packed(q, k, v, gk, gv, h0, cu, static: _Static):
-    return recurrent_ref(q, k, v, gk=gk, gv=gv, scale=static.scale, initial_state=h0,
+def _reference_packed(q, k, v, g, gk, gv, g_gamma, h0, cu, static: _Static):
+    return recurrent_ref(q, k, v, g, g_gamma, gk, gv, scale=static.scale, initial_state=h0,
                          reverse=static.reverse, cu_seqlens=cu)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
-def _recurrent_packed(q, k, v, gk, gv, h0, cu, static: _Static):
-    return _forward(q, k, v, gk, gv, h0, cu, static)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(9,))
+def _recurrent_packed(q, k, v, g, gk, gv, g_gamma, h0, cu, static: _Static):
+    return _forward(q, k, v, _fold_gates(g, gk, g_gamma, q.shape), gv, h0, cu, static)
 
 
-def _recurrent_packed_fwd(q, k, v, gk, gv, h0, cu, static: _Static):
-    return _forward(q, k, v, gk, gv, h0, cu, static), (q, k, v, gk, gv, h0, cu)
+def _recurrent_packed_fwd(q, k, v, g, gk, gv, g_gamma, h0, cu, static: _Static):
+    out = _forward(q, k, v, _fold_gates(g, gk, g_gamma, q.shape), gv, h0, cu, static)
+    return out, (q, k, v, g, gk, gv, g_gamma, h0, cu)
 
 
 def _recurrent_packed_bwd(static: _Static, residuals, cotangents):
-    q, k, v, gk, gv, h0, cu = residuals
+    q, k, v, g, gk, gv, g_gamma, h0, cu = residuals
     do, dht = cotangents
     if static.tuning.backward == "reference":
-        _, vjp = jax.vjp(lambda *a: _reference_packed(*a, cu, static), q, k, v, gk, gv, h0)
-        return (*vjp((do, dht)), None)
-    dq, dk, dv, dgk, dgv, dh0 = _backward(q, k, v, gk, gv, h0, cu, do.astype(v.dtype),
-                                          dht.astype(jnp.float32), static)
-    return dq, dk, dv, dgk, dgv, dh0, None
+        def reference(q, k, v, g, gk, gv, h0):
+            return _reference_packed(q, k, v, g, gk, gv, g_gamma, h0, cu, static)
+
+        _, vjp = jax.vjp(reference, q, k, v, g, gk, gv, h0)
+        dq, dk, dv, dg, dgk, dgv, dh0 = vjp((do, dht))
+        return dq, dk, dv, dg, dgk, dgv, None, dh0, None
+    dq, dk, dv, dgk_eff, dg_eff, dgv, dh0 = _backward(
+        q, k, v, _fold_gates(g, gk, g_gamma, q.shape), gv, h0, cu, do.astype(v.dtype),
+        dht.astype(jnp.float32), static)
+    cast = lambda d, x: None if x is None else d.astype(x.dtype)  # noqa: E731
+    return (dq, dk, cast(dv, v), cast(dg_eff, g), cast(dgk_eff, gk), cast(dgv, gv), None, dh0, None)
 
 
 _recurrent_packed.defvjp(_recurrent_packed_fwd, _recurrent_packed_bwd)
