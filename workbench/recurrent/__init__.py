@@ -187,20 +187,20 @@ def _backward(q, k, v, gk_eff, gv, h0, cu, do, dht, static: _Static):
         out_shape=[
             jax.ShapeDtypeStruct(q.shape, q.dtype),
             jax.ShapeDtypeStruct(k.shape, k.dtype),
-            jax.ShapeDtypeStruct((NK, *v.shape), f32),
+            jax.ShapeDtypeStruct((*v.shape[:3], NK, V), f32),
             jax.ShapeDtypeStruct((N, H, K, V), f32),
             # [0]: the gradient; [1]: scratch (low halves of the sweep-1 terms)
             jax.ShapeDtypeStruct((2, *q.shape), f32) if gk_eff is not None else unused,
-            jax.ShapeDtypeStruct((NK, *q.shape[:3]), f32) if gk_eff is not None else unused,
-            jax.ShapeDtypeStruct((NK, 2, *v.shape), f32) if gv is not None else unused,
+            jax.ShapeDtypeStruct((*q.shape[:3], NK), f32) if gk_eff is not None else unused,
+            jax.ShapeDtypeStruct((2, *v.shape[:3], NK, V), f32) if gv is not None else unused,
         ],
         grid=(NK, N * H), name="workbench_recurrent_bwd",
         scale=static.scale, H=H, K=K, V=V, BK=BK, BV=triton.next_power_of_2(V), REVERSE=static.reverse,
     )
-    dv = dv.sum(0)
+    dv = dv.sum(-2)  # partial sums over key blocks
     dgk = dgk[0] if gk_eff is not None else None
-    dg = dg.sum(0) if gk_eff is not None else None
-    dgv = dgv[:, 0].sum(0) if gv is not None else None
+    dg = dg.sum(-1) if gk_eff is not None else None
+    dgv = dgv[0].sum(-2) if gv is not None else None
     return dq, dk, dv, dgk, dg, dgv, dh0
 
 

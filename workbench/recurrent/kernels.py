@@ -162,7 +162,7 @@ def recurrent_fwd_kernel(
 
 
 @triton.jit
-def _bwd_sweep1_step(b_h, x, dq, dgk, dgv, t, ok, i_h, o_k, o_v, m_k, m_v, lo_k, lo_v,
+def _bwd_sweep1_step(b_h, x, dq, dgk, dgv, t, ok, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k, lo_v,
                      scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                      USE_GK: tl.constexpr, USE_GV: tl.constexpr):
     """Recompute S_t; store dq_t (rec.4) and the '+' terms q⊙dq (rec.8), o⊙do (rec.9) as (hi, lo)."""
@@ -181,18 +181,19 @@ def _bwd_sweep1_step(b_h, x, dq, dgk, dgv, t, ok, i_h, o_k, o_v, m_k, m_v, lo_k,
     if USE_GV:
         b_x = tl.sum(b_h * b_q[:, None], axis=0) * scale * b_do  # this key block's share of o_t ⊙ do_t
         b_hi = b_x.to(tl.float32)
-        tl.store(dgv + p_v, b_hi, mask=m_v & ok)
-        tl.store(dgv + lo_v + p_v, (b_x - b_hi.to(b_x.dtype)).to(tl.float32), mask=m_v & ok)
+        p_pv = (t * HNK + i_hk) * V + o_v  # [TT, H, NK, V]: this key block's partial
+        tl.store(dgv + p_pv, b_hi, mask=m_v & ok)
+        tl.store(dgv + lo_v + p_pv, (b_x - b_hi.to(b_x.dtype)).to(tl.float32), mask=m_v & ok)
     return b_h
 
 
 @triton.jit
-def _load_terms(dgk, dgv, t, ok, i_h, o_k, o_v, m_k, m_v, lo_k, lo_v,
+def _load_terms(dgk, dgv, t, ok, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k, lo_v,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, ACC: tl.constexpr,
                 USE_GK: tl.constexpr, USE_GV: tl.constexpr):
     """The (hi, lo) terms stored by sweep 1 for row t, recombined in ACC (zeros for absent gates)."""
     p_k = (t * H + i_h) * K + o_k
-    p_v = (t * H + i_h) * V + o_v
+    p_v = (t * HNK + i_hk) * V + o_v
     b_tk = tl.zeros([o_k.shape[0]], ACC)
     b_tv = tl.zeros([o_v.shape[0]], ACC)
     if USE_GK:
@@ -205,23 +206,23 @@ def _load_terms(dgk, dgv, t, ok, i_h, o_k, o_v, m_k, m_v, lo_k, lo_v,
 
 
 @triton.jit
-def _load_terms_group(dgk, dgv, i, n, bos, eos, i_h, o_k, o_v, m_k, m_v, lo_k, lo_v,
+def _load_terms_group(dgk, dgv, i, n, bos, eos, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k, lo_v,
                       H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, ACC: tl.constexpr,
                       REVERSE: tl.constexpr, USE_GK: tl.constexpr, USE_GV: tl.constexpr):
     """The sweep-1 terms of steps i … i+3, all loads issued together."""
-    e0 = _load_terms(dgk, dgv, time_index(i, bos, eos, REVERSE), i < n, i_h, o_k, o_v, m_k, m_v, lo_k, lo_v,
+    e0 = _load_terms(dgk, dgv, time_index(i, bos, eos, REVERSE), i < n, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k, lo_v,
                      H, K, V, ACC, USE_GK, USE_GV)
-    e1 = _load_terms(dgk, dgv, time_index(i + 1, bos, eos, REVERSE), i + 1 < n, i_h, o_k, o_v, m_k, m_v, lo_k,
+    e1 = _load_terms(dgk, dgv, time_index(i + 1, bos, eos, REVERSE), i + 1 < n, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k,
                      lo_v, H, K, V, ACC, USE_GK, USE_GV)
-    e2 = _load_terms(dgk, dgv, time_index(i + 2, bos, eos, REVERSE), i + 2 < n, i_h, o_k, o_v, m_k, m_v, lo_k,
+    e2 = _load_terms(dgk, dgv, time_index(i + 2, bos, eos, REVERSE), i + 2 < n, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k,
                      lo_v, H, K, V, ACC, USE_GK, USE_GV)
-    e3 = _load_terms(dgk, dgv, time_index(i + 3, bos, eos, REVERSE), i + 3 < n, i_h, o_k, o_v, m_k, m_v, lo_k,
+    e3 = _load_terms(dgk, dgv, time_index(i + 3, bos, eos, REVERSE), i + 3 < n, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k,
                      lo_v, H, K, V, ACC, USE_GK, USE_GV)
     return e0, e1, e2, e3
 
 
 @triton.jit
-def _bwd_sweep2_step(b_dh, b_rk, b_rv, x, terms, dk, dv, dgk, dgv, dg, t, ok, i_h, o_k, o_v, m_k, m_v,
+def _bwd_sweep2_step(b_dh, b_rk, b_rv, x, terms, dk, dv, dgk, dgv, dg, t, ok, i_h, i_hk, HNK, o_k, o_v, m_k, m_v,
                      scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                      USE_GK: tl.constexpr, USE_GV: tl.constexpr):
     """dS_t (rec.3), dk_t (rec.5), dv_t (rec.6), and one step of the reverse cumsums (rec.8, rec.9)."""
@@ -231,16 +232,16 @@ def _bwd_sweep2_step(b_dh, b_rk, b_rv, x, terms, dk, dv, dgk, dgv, dg, t, ok, i_
     b_dk = tl.sum(b_dh * b_v[None, :], axis=1)  # [BK]
     b_dv = tl.sum(b_dh * b_k[:, None], axis=0)  # [BV], partial over key blocks
     p_k = (t * H + i_h) * K + o_k
-    p_v = (t * H + i_h) * V + o_v
+    p_pv = (t * HNK + i_hk) * V + o_v  # [TT, H, NK, V]: this key block's partial
     tl.store(dk + p_k, b_dk.to(dk.dtype.element_ty), mask=m_k & ok)
-    tl.store(dv + p_v, b_dv.to(dv.dtype.element_ty), mask=m_v & ok)
+    tl.store(dv + p_pv, b_dv.to(dv.dtype.element_ty), mask=m_v & ok)
     if USE_GK:
         b_rk += b_tk - b_k * b_dk
         tl.store(dgk + p_k, b_rk.to(tl.float32), mask=m_k & ok)
-        tl.store(dg + t * H + i_h, tl.sum(b_rk, axis=0).to(tl.float32), mask=ok)  # dg_t = Σ_i dgk_t[i]
+        tl.store(dg + t * HNK + i_hk, tl.sum(b_rk, axis=0).to(tl.float32), mask=ok)  # dg_t = Σ_i dgk_t[i]
     if USE_GV:
         b_rv += b_tv - b_v * b_dv
-        tl.store(dgv + p_v, b_rv.to(tl.float32), mask=m_v & ok)
+        tl.store(dgv + p_pv, b_rv.to(tl.float32), mask=m_v & ok)
     b_dh = _decay(b_dh, b_gk, b_gv, USE_GK, USE_GV)
     return b_dh, b_rk, b_rv
 
@@ -253,7 +254,8 @@ def _bwd_sweep2_step(b_dh, b_rk, b_rv, x, terms, dk, dv, dgk, dgv, dg, t, ok, i_
 @triton.jit
 def recurrent_bwd_kernel(
     q, k, v, gk, gv, h0, do, dht, cu_seqlens,  # inputs
-    dq, dk, dv, dh0, dgk, dg, dgv,  # outputs; dgk [2, ...], dv and dg [NK, ...], dgv [NK, 2, ...]
+    dq, dk, dv, dh0, dgk, dg, dgv,  # outputs; dgk [2, TT, H, K]; partial over key blocks: dv [TT, H, NK, V],
+    # dg [TT, H, NK], dgv [2, TT, H, NK, V]
     scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr,
     REVERSE: tl.constexpr, USE_GK: tl.constexpr, USE_GV: tl.constexpr,
@@ -266,10 +268,9 @@ def recurrent_bwd_kernel(
 
     TT = tl.load(cu_seqlens + tl.num_programs(1) // H).to(tl.int64)  # total packed length
     lo_k = TT * H * K  # dgk = [hi | lo]
-    lo_v = TT * H * V  # each key block's slice of dgv = [hi | lo]
-    dv += i_k * TT * H * V
-    dg += i_k * TT * H
-    dgv += i_k * 2 * TT * H * V
+    HNK = H * tl.num_programs(0)
+    i_hk = i_h * tl.num_programs(0) + i_k  # partial outputs interleave key blocks: [TT, H, NK, ·]
+    lo_v = TT * HNK * V  # dgv = [hi | lo]
 
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = tl.arange(0, BV)
@@ -285,13 +286,13 @@ def recurrent_bwd_kernel(
         xs_next = _load_group(q, k, v, gk, gv, do, i + 4, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V, ACC,
                               REVERSE, USE_GK, USE_GV, True)
         x0, x1, x2, x3 = xs
-        b_h = _bwd_sweep1_step(b_h, x0, dq, dgk, dgv, time_index(i, bos, eos, REVERSE), i < n, i_h, o_k, o_v,
+        b_h = _bwd_sweep1_step(b_h, x0, dq, dgk, dgv, time_index(i, bos, eos, REVERSE), i < n, i_h, i_hk, HNK, o_k, o_v,
                                m_k, m_v, lo_k, lo_v, scale, H, K, V, USE_GK, USE_GV)
-        b_h = _bwd_sweep1_step(b_h, x1, dq, dgk, dgv, time_index(i + 1, bos, eos, REVERSE), i + 1 < n, i_h, o_k,
+        b_h = _bwd_sweep1_step(b_h, x1, dq, dgk, dgv, time_index(i + 1, bos, eos, REVERSE), i + 1 < n, i_h, i_hk, HNK, o_k,
                                o_v, m_k, m_v, lo_k, lo_v, scale, H, K, V, USE_GK, USE_GV)
-        b_h = _bwd_sweep1_step(b_h, x2, dq, dgk, dgv, time_index(i + 2, bos, eos, REVERSE), i + 2 < n, i_h, o_k,
+        b_h = _bwd_sweep1_step(b_h, x2, dq, dgk, dgv, time_index(i + 2, bos, eos, REVERSE), i + 2 < n, i_h, i_hk, HNK, o_k,
                                o_v, m_k, m_v, lo_k, lo_v, scale, H, K, V, USE_GK, USE_GV)
-        b_h = _bwd_sweep1_step(b_h, x3, dq, dgk, dgv, time_index(i + 3, bos, eos, REVERSE), i + 3 < n, i_h, o_k,
+        b_h = _bwd_sweep1_step(b_h, x3, dq, dgk, dgv, time_index(i + 3, bos, eos, REVERSE), i + 3 < n, i_h, i_hk, HNK, o_k,
                                o_v, m_k, m_v, lo_k, lo_v, scale, H, K, V, USE_GK, USE_GV)
         xs = xs_next
 
@@ -305,24 +306,24 @@ def recurrent_bwd_kernel(
     # Rows and the terms written by sweep 1 are prefetched one group ahead.
     xs = _load_group(q, k, v, gk, gv, do, 0, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V, ACC, not REVERSE,
                      USE_GK, USE_GV, True)
-    es = _load_terms_group(dgk, dgv, 0, n, bos, eos, i_h, o_k, o_v, m_k, m_v, lo_k, lo_v, H, K, V, ACC,
+    es = _load_terms_group(dgk, dgv, 0, n, bos, eos, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k, lo_v, H, K, V, ACC,
                            not REVERSE, USE_GK, USE_GV)
     for i in range(0, n, 4):
         xs_next = _load_group(q, k, v, gk, gv, do, i + 4, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V, ACC,
                               not REVERSE, USE_GK, USE_GV, True)
-        es_next = _load_terms_group(dgk, dgv, i + 4, n, bos, eos, i_h, o_k, o_v, m_k, m_v, lo_k, lo_v, H, K, V,
+        es_next = _load_terms_group(dgk, dgv, i + 4, n, bos, eos, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k, lo_v, H, K, V,
                                     ACC, not REVERSE, USE_GK, USE_GV)
         t0, t1 = time_index(i, bos, eos, not REVERSE), time_index(i + 1, bos, eos, not REVERSE)
         t2, t3 = time_index(i + 2, bos, eos, not REVERSE), time_index(i + 3, bos, eos, not REVERSE)
         e0, e1, e2, e3 = es
         x0, x1, x2, x3 = xs
-        b_dh, b_rk, b_rv = _bwd_sweep2_step(b_dh, b_rk, b_rv, x0, e0, dk, dv, dgk, dgv, dg, t0, i < n, i_h, o_k, o_v,
+        b_dh, b_rk, b_rv = _bwd_sweep2_step(b_dh, b_rk, b_rv, x0, e0, dk, dv, dgk, dgv, dg, t0, i < n, i_h, i_hk, HNK, o_k, o_v,
                                             m_k, m_v, scale, H, K, V, USE_GK, USE_GV)
-        b_dh, b_rk, b_rv = _bwd_sweep2_step(b_dh, b_rk, b_rv, x1, e1, dk, dv, dgk, dgv, dg, t1, i + 1 < n, i_h, o_k,
+        b_dh, b_rk, b_rv = _bwd_sweep2_step(b_dh, b_rk, b_rv, x1, e1, dk, dv, dgk, dgv, dg, t1, i + 1 < n, i_h, i_hk, HNK, o_k,
                                             o_v, m_k, m_v, scale, H, K, V, USE_GK, USE_GV)
-        b_dh, b_rk, b_rv = _bwd_sweep2_step(b_dh, b_rk, b_rv, x2, e2, dk, dv, dgk, dgv, dg, t2, i + 2 < n, i_h, o_k,
+        b_dh, b_rk, b_rv = _bwd_sweep2_step(b_dh, b_rk, b_rv, x2, e2, dk, dv, dgk, dgv, dg, t2, i + 2 < n, i_h, i_hk, HNK, o_k,
                                             o_v, m_k, m_v, scale, H, K, V, USE_GK, USE_GV)
-        b_dh, b_rk, b_rv = _bwd_sweep2_step(b_dh, b_rk, b_rv, x3, e3, dk, dv, dgk, dgv, dg, t3, i + 3 < n, i_h, o_k,
+        b_dh, b_rk, b_rv = _bwd_sweep2_step(b_dh, b_rk, b_rv, x3, e3, dk, dv, dgk, dgv, dg, t3, i + 3 < n, i_h, i_hk, HNK, o_k,
                                             o_v, m_k, m_v, scale, H, K, V, USE_GK, USE_GV)
         xs = xs_next
         es = es_next
