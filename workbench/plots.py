@@ -1,0 +1,138 @@
+"""Figures for notebooks and `workbench verify` reports.
+
+Every function builds and returns a fresh `matplotlib.figure.Figure` (no pyplot, no global state),
+so it renders in a notebook, saves with `fig.savefig(...)` on a headless machine (Agg), and never
+leaks figures between calls. Errors follow `workbench.testing`: kernel and reference (same dtype)
+are both measured against the float64 oracle, and the tolerance is the error budget
+`RATIO · reference error + atol`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure
+
+from .testing import Comparison
+
+__all__ = ["error_bars", "error_map", "error_growth"]
+
+KERNEL_COLOR = "tab:blue"
+REFERENCE_COLOR = "tab:orange"
+FAIL_COLOR = "tab:red"
+ERROR_FLOOR = 1e-17
+"""Errors below this (exact zeros included) are drawn at it: log axes cannot show 0."""
+
+
+def _floor(x) -> np.ndarray:
+    return np.maximum(np.asarray(x, np.float64), ERROR_FLOOR)
+
+
+def error_bars(comparisons: Sequence[Comparison], title: str = "") -> Figure:
+    """Kernel vs reference error (RMS-relative, against the oracle) per output, log scale.
+
+    One pair of bars per comparison, a black tick at its tolerance, the kernel bar red when it is
+    over budget or not finite. Comparisons of several dtypes are labelled `name/dtype`.
+    """
+    comparisons = list(comparisons)
+    mixed = len({c.dtype for c in comparisons}) > 1
+    labels = [f"{c.name}/{c.dtype}" if mixed else c.name for c in comparisons]
+    x = np.arange(len(comparisons))
+    width = 0.38
+    fig = Figure(figsize=(max(5.0, 0.6 * len(comparisons) + 3.0), 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    kernel = _floor([c.kernel_err if np.isfinite(c.kernel_err) else 1.0 for c in comparisons])
+    colors = [KERNEL_COLOR if c.ok else FAIL_COLOR for c in comparisons]
+    ax.bar(x - width / 2, kernel, width, color=colors, label="kernel")
+    ax.bar(x + width / 2, _floor([c.reference_err for c in comparisons]), width,
+           color=REFERENCE_COLOR, label="reference (same dtype)")
+    ax.hlines(_floor([c.tolerance for c in comparisons]), x - width, x + width, colors="black",
+              linewidth=1.5, label="tolerance")
+    ax.set_yscale("log")
+    shown = np.concatenate([kernel, _floor([c.reference_err for c in comparisons]),
+                            _floor([c.tolerance for c in comparisons])])
+    ax.set_ylim(bottom=max(ERROR_FLOOR, 0.1 * float(shown.min())) if shown.size else None)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_xticks(x, labels, rotation=45 if mixed or len(x) > 8 else 0, ha="right" if mixed else "center")
+    ax.set_ylabel("‖x − oracle‖ / ‖oracle‖")
+    ax.set_title(title)
+    ax.grid(axis="y", which="major", alpha=0.3)
+    return fig
+
+
+def _position_by_head(x) -> np.ndarray:
+    """[B, T, H, D] or [B, T, H] → [T, H] by the max over batch and feature axes."""
+    x = np.asarray(x, np.float64)
+    if x.ndim == 4:
+        return x.max(axis=(0, 3))
+    if x.ndim == 3:
+        return x.max(axis=0)
+    raise ValueError(f"kernel: expected an array [B, T, H, D] or [B, T, H], got shape {x.shape}")
+
+
+def error_map(kernel, oracle, title: str = "") -> Figure:
+    """Heat map of |kernel − oracle| per position (x) and head (y), log color scale.
+
+    kernel, oracle: arrays `[B, T, H, D]` (or `[B, T, H]`); each cell is the max over batch and
+    feature dims, so one bad token or head stands out. Exact zeros are drawn at `ERROR_FLOOR`.
+    """
+    kernel = np.asarray(kernel, np.float64)
+    oracle = np.asarray(oracle, np.float64)
+    if kernel.shape != oracle.shape:
+        raise ValueError(f"kernel, oracle: shapes must match, got {kernel.shape} and {oracle.shape}")
+    err = _position_by_head(np.abs(kernel - oracle))  # [T, H]
+    err = np.where(np.isfinite(err), err, np.nan)
+    finite = err[np.isfinite(err)]
+    vmax = max(float(finite.max()) if finite.size else 1.0, ERROR_FLOOR * 10)
+    vmin = max(float(finite[finite > 0].min()) if (finite > 0).any() else ERROR_FLOOR, vmax * 1e-8)
+    T, H = err.shape
+    fig = Figure(figsize=(min(12.0, 3.0 + 0.12 * T), 1.6 + 0.35 * H), layout="constrained")
+    ax = fig.add_subplot()
+    image = ax.imshow(np.maximum(err.T, vmin), aspect="auto", origin="lower", interpolation="nearest",
+                      norm=LogNorm(vmin=vmin, vmax=vmax), cmap="magma")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("position t")
+    ax.set_ylabel("head")
+    ax.set_yticks(np.arange(H))
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax, label="max |kernel − oracle|")
+    return fig
+
+
+def error_growth(x: Sequence[float], kernel: Mapping[str, Sequence[float]] | Sequence[float],
+                 reference: Mapping[str, Sequence[float]] | Sequence[float], *, xlabel: str = "T",
+                 title: str = "", tolerance: Mapping[str, Sequence[float]] | Sequence[float] | None = None,
+                 logx: bool = False) -> Figure:
+    """Error against a swept quantity (sequence length T, decay strength, …), kernel vs reference.
+
+    kernel, reference (and optional tolerance): one sequence of errors per x value, or a mapping
+    output name → sequence for several outputs (`{"o": [...], "dq": [...]}`), drawn in one color
+    per name: kernel solid with dots, reference dashed, tolerance dotted.
+    """
+    def series(values):
+        return dict(values) if isinstance(values, Mapping) else {"": values}
+
+    kernel, reference = series(kernel), series(reference)
+    tolerance = series(tolerance) if tolerance is not None else {}
+    if kernel.keys() != reference.keys():
+        raise ValueError(f"kernel, reference: need the same names, got {sorted(kernel)} and {sorted(reference)}")
+    fig = Figure(figsize=(5.5, 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    for i, name in enumerate(kernel):
+        color = f"C{i}"
+        prefix = f"{name} " if name else ""
+        ax.plot(x, _floor(kernel[name]), "o-", color=color, label=f"{prefix}kernel")
+        ax.plot(x, _floor(reference[name]), "s--", color=color, alpha=0.7, label=f"{prefix}reference")
+        if name in tolerance:
+            ax.plot(x, _floor(tolerance[name]), ":", color=color, alpha=0.7, label=f"{prefix}tolerance")
+    ax.set_yscale("log")
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("‖x − oracle‖ / ‖oracle‖")
+    ax.set_title(title)
+    ax.legend(fontsize="small", loc="best")
+    ax.grid(which="major", alpha=0.3)
+    return fig
