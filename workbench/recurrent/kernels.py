@@ -62,22 +62,22 @@ def _load_row(q, k, v, gk, gv, do, t, ok, i_h, o_k, o_v, m_k, m_v,
               H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, ACC: tl.constexpr,
               USE_GK: tl.constexpr, USE_GV: tl.constexpr, USE_DO: tl.constexpr):
     """Row t of q, k, v, the gates and (USE_DO) do, as ACC; zeros when `ok` is false."""
-    p_k = (t * H + i_h) * K + o_k
-    p_v = (t * H + i_h) * V + o_v
+    p_k = (t * H + i_h) * K  # scalar row offsets: the vector add is the pointer's own
+    p_v = (t * H + i_h) * V
     m_kt = m_k & ok
     m_vt = m_v & ok
-    b_q = tl.load(q + p_k, mask=m_kt, other=0.0).to(ACC)
-    b_k = tl.load(k + p_k, mask=m_kt, other=0.0).to(ACC)
-    b_v = tl.load(v + p_v, mask=m_vt, other=0.0).to(ACC)
+    b_q = tl.load(q + p_k + o_k, mask=m_kt, other=0.0).to(ACC)
+    b_k = tl.load(k + p_k + o_k, mask=m_kt, other=0.0).to(ACC)
+    b_v = tl.load(v + p_v + o_v, mask=m_vt, other=0.0).to(ACC)
     b_gk = tl.zeros_like(b_k)
     b_gv = tl.zeros_like(b_v)
     b_do = tl.zeros_like(b_v)
     if USE_GK:
-        b_gk = tl.load(gk + p_k, mask=m_kt, other=0.0).to(ACC)
+        b_gk = tl.load(gk + p_k + o_k, mask=m_kt, other=0.0).to(ACC)
     if USE_GV:
-        b_gv = tl.load(gv + p_v, mask=m_vt, other=0.0).to(ACC)
+        b_gv = tl.load(gv + p_v + o_v, mask=m_vt, other=0.0).to(ACC)
     if USE_DO:
-        b_do = tl.load(do + p_v, mask=m_vt, other=0.0).to(ACC)
+        b_do = tl.load(do + p_v + o_v, mask=m_vt, other=0.0).to(ACC)
     return b_q, b_k, b_v, b_gk, b_gv, b_do
 
 
@@ -170,20 +170,20 @@ def _bwd_sweep1_step(b_h, x, dq, dgk, dgv, t, ok, i_h, i_hk, HNK, o_k, o_v, m_k,
     b_h = _decay(b_h, b_gk, b_gv, USE_GK, USE_GV)
     b_h += b_k[:, None] * b_v[None, :]
     b_dq = tl.sum(b_h * b_do[None, :], axis=1) * scale  # [BK]
-    p_k = (t * H + i_h) * K + o_k
-    p_v = (t * H + i_h) * V + o_v
-    tl.store(dq + p_k, b_dq.to(dq.dtype.element_ty), mask=m_k & ok)
+    p_k = (t * H + i_h) * K
+    p_v = (t * H + i_h) * V
+    tl.store(dq + p_k + o_k, b_dq.to(dq.dtype.element_ty), mask=m_k & ok)
     if USE_GK:
         b_x = b_q * b_dq
         b_hi = b_x.to(tl.float32)
-        tl.store(dgk + p_k, b_hi, mask=m_k & ok)
-        tl.store(dgk + lo_k + p_k, (b_x - b_hi.to(b_x.dtype)).to(tl.float32), mask=m_k & ok)
+        tl.store(dgk + p_k + o_k, b_hi, mask=m_k & ok)
+        tl.store(dgk + lo_k + p_k + o_k, (b_x - b_hi.to(b_x.dtype)).to(tl.float32), mask=m_k & ok)
     if USE_GV:
         b_x = tl.sum(b_h * b_q[:, None], axis=0) * scale * b_do  # this key block's share of o_t ⊙ do_t
         b_hi = b_x.to(tl.float32)
-        p_pv = (t * HNK + i_hk) * V + o_v  # [TT, H, NK, V]: this key block's partial
-        tl.store(dgv + p_pv, b_hi, mask=m_v & ok)
-        tl.store(dgv + lo_v + p_pv, (b_x - b_hi.to(b_x.dtype)).to(tl.float32), mask=m_v & ok)
+        p_pv = (t * HNK + i_hk) * V  # [TT, H, NK, V]: this key block's partial
+        tl.store(dgv + p_pv + o_v, b_hi, mask=m_v & ok)
+        tl.store(dgv + lo_v + p_pv + o_v, (b_x - b_hi.to(b_x.dtype)).to(tl.float32), mask=m_v & ok)
     return b_h
 
 
@@ -192,16 +192,16 @@ def _load_terms(dgk, dgv, t, ok, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k, lo_v,
                 H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, ACC: tl.constexpr,
                 USE_GK: tl.constexpr, USE_GV: tl.constexpr):
     """The (hi, lo) terms stored by sweep 1 for row t, recombined in ACC (zeros for absent gates)."""
-    p_k = (t * H + i_h) * K + o_k
-    p_v = (t * HNK + i_hk) * V + o_v
+    p_k = (t * H + i_h) * K
+    p_v = (t * HNK + i_hk) * V
     b_tk = tl.zeros([o_k.shape[0]], ACC)
     b_tv = tl.zeros([o_v.shape[0]], ACC)
     if USE_GK:
-        b_tk = (tl.load(dgk + p_k, mask=m_k & ok, other=0.0).to(ACC)
-                + tl.load(dgk + lo_k + p_k, mask=m_k & ok, other=0.0).to(ACC))
+        b_tk = (tl.load(dgk + p_k + o_k, mask=m_k & ok, other=0.0).to(ACC)
+                + tl.load(dgk + lo_k + p_k + o_k, mask=m_k & ok, other=0.0).to(ACC))
     if USE_GV:
-        b_tv = (tl.load(dgv + p_v, mask=m_v & ok, other=0.0).to(ACC)
-                + tl.load(dgv + lo_v + p_v, mask=m_v & ok, other=0.0).to(ACC))
+        b_tv = (tl.load(dgv + p_v + o_v, mask=m_v & ok, other=0.0).to(ACC)
+                + tl.load(dgv + lo_v + p_v + o_v, mask=m_v & ok, other=0.0).to(ACC))
     return b_tk, b_tv
 
 
@@ -231,17 +231,17 @@ def _bwd_sweep2_step(b_dh, b_rk, b_rv, x, terms, dk, dv, dgk, dgv, dg, t, ok, i_
     b_dh += (b_q * scale)[:, None] * b_do[None, :]
     b_dk = tl.sum(b_dh * b_v[None, :], axis=1)  # [BK]
     b_dv = tl.sum(b_dh * b_k[:, None], axis=0)  # [BV], partial over key blocks
-    p_k = (t * H + i_h) * K + o_k
-    p_pv = (t * HNK + i_hk) * V + o_v  # [TT, H, NK, V]: this key block's partial
-    tl.store(dk + p_k, b_dk.to(dk.dtype.element_ty), mask=m_k & ok)
-    tl.store(dv + p_pv, b_dv.to(dv.dtype.element_ty), mask=m_v & ok)
+    p_k = (t * H + i_h) * K
+    p_pv = (t * HNK + i_hk) * V  # [TT, H, NK, V]: this key block's partial
+    tl.store(dk + p_k + o_k, b_dk.to(dk.dtype.element_ty), mask=m_k & ok)
+    tl.store(dv + p_pv + o_v, b_dv.to(dv.dtype.element_ty), mask=m_v & ok)
     if USE_GK:
         b_rk += b_tk - b_k * b_dk
-        tl.store(dgk + p_k, b_rk.to(tl.float32), mask=m_k & ok)
+        tl.store(dgk + p_k + o_k, b_rk.to(tl.float32), mask=m_k & ok)
         tl.store(dg + t * HNK + i_hk, tl.sum(b_rk, axis=0).to(tl.float32), mask=ok)  # dg_t = Σ_i dgk_t[i]
     if USE_GV:
         b_rv += b_tv - b_v * b_dv
-        tl.store(dgv + p_pv, b_rv.to(tl.float32), mask=m_v & ok)
+        tl.store(dgv + p_pv + o_v, b_rv.to(tl.float32), mask=m_v & ok)
     b_dh = _decay(b_dh, b_gk, b_gv, USE_GK, USE_GV)
     return b_dh, b_rk, b_rv
 
