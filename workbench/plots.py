@@ -34,7 +34,8 @@ def error_bars(comparisons: Sequence[Comparison], title: str = "") -> Figure:
     """Kernel vs reference error (RMS-relative, against the oracle) per output, log scale.
 
     One pair of bars per comparison, a black tick at its tolerance, the kernel bar red when it is
-    over budget or not finite. Comparisons of several dtypes are labelled `name/dtype`.
+    over budget, drawn at 1 and marked "non-finite" when it holds NaN or inf. Comparisons of several
+    dtypes are labelled `name/dtype`.
     """
     comparisons = list(comparisons)
     mixed = len({c.dtype for c in comparisons}) > 1
@@ -46,6 +47,10 @@ def error_bars(comparisons: Sequence[Comparison], title: str = "") -> Figure:
     kernel = _floor([c.kernel_err if np.isfinite(c.kernel_err) else 1.0 for c in comparisons])
     colors = [KERNEL_COLOR if c.ok else FAIL_COLOR for c in comparisons]
     ax.bar(x - width / 2, kernel, width, color=colors, label="kernel")
+    for xi, c in zip(x, comparisons):
+        if not c.finite or not np.isfinite(c.kernel_err):
+            ax.annotate("non-finite", (xi - width / 2, 0.5), ha="center", va="top", fontsize="x-small",
+                        color="white", rotation=90)
     ax.bar(x + width / 2, _floor([c.reference_err for c in comparisons]), width,
            color=REFERENCE_COLOR, label="reference (same dtype)")
     ax.hlines(_floor([c.tolerance for c in comparisons]), x - width, x + width, colors="black",

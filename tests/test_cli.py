@@ -1,0 +1,63 @@
+"""`workbench verify` end to end on its tiny case matrix (`--quick`): exit status, table, report."""
+
+import json
+
+import pytest
+
+import workbench
+from workbench import cli
+
+
+def test_verify_quick_passes_and_writes_report(tmp_path, capsys):
+    # float32 only: the CLI is under test here; bfloat16 goes through it in the reference test.
+    out = tmp_path / "report"
+    status = cli.main(["verify", "--op", "recurrent", "--quick", "--dtype", "float32", "--out", str(out)])
+    stdout = capsys.readouterr().out
+    assert status == 0, stdout
+    results = json.loads((out / "results.json").read_text())
+    assert results["ok"] and results["implementation"] == "triton"
+    rows = results["rows"]
+    assert {(r["case"], r["dtype"]) for r in rows} == {("tiny_gk", "float32"), ("tiny_varlen", "float32")}
+    assert {"o", "final_state", "dq", "dk", "dv", "dgk", "dinitial_state"} <= {r["name"] for r in rows}
+    assert all(r["ok"] and r["kernel_err"] <= r["tolerance"] for r in rows)
+    assert "FAIL" not in stdout and "PASS" in stdout
+    assert (out / "summary.md").read_text().startswith("# workbench verify")
+    figures = sorted(p.name for p in out.glob("*.png"))
+    assert "recurrent-tiny_gk.png" in figures and "recurrent-tiny_varlen.png" in figures
+    assert any(name.endswith("-dq-map.png") for name in figures)
+
+
+def test_verify_fails_on_a_wrong_output(tmp_path, capsys, monkeypatch):
+    correct = workbench.recurrent
+
+    def off_by_a_bit(*args, implementation=None, **kwargs):
+        o, state = correct(*args, implementation=implementation, **kwargs)
+        return (o + 1e-2 if implementation != "reference" else o), state
+
+    monkeypatch.setattr(workbench, "recurrent", off_by_a_bit)
+    out = tmp_path / "report"
+    status = cli.main(["verify", "--op", "recurrent", "--quick", "--case", "tiny_gk", "--dtype", "float32",
+                       "--out", str(out)])
+    stdout = capsys.readouterr().out
+    assert status == 1
+    failed = [line for line in stdout.splitlines() if line.rstrip().endswith("FAIL")]
+    assert [line.split()[3] for line in failed] == ["o"], stdout
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert [r["name"] for r in rows if not r["ok"]] == ["o"]
+
+
+def test_verify_reference_holds_its_own_budget(tmp_path, capsys):
+    status = cli.main(["verify", "--quick", "--implementation", "reference", "--case", "tiny_varlen",
+                       "--out", str(tmp_path)])
+    stdout = capsys.readouterr().out
+    assert status == 0, stdout
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["implementation"] == "reference"
+    assert {r["dtype"] for r in results["rows"]} == {"float32", "bfloat16"}
+    assert all(r["kernel_err"] == r["reference_err"] for r in results["rows"])
+
+
+def test_verify_rejects_an_unknown_case(tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["verify", "--quick", "--case", "no_such_case", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2

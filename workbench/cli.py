@@ -1,0 +1,63 @@
+"""The `workbench` command: `workbench verify` (every kernel against its float64 oracle).
+
+Subcommands are argparse subparsers, each a `_<name>_parser` that registers its options and a
+`_<name>` that runs it and returns the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+os.environ.setdefault("MPLBACKEND", "Agg")  # reports are written headless
+
+from . import verify  # noqa: E402  (imports workbench first: compiled vs interpreted Triton)
+
+
+def _verify_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "verify", help="check every kernel against its float64 oracle over a fixed case matrix",
+        description="Run each op's case matrix in float32 and bfloat16 with random cotangents and hold "
+                    "every output and gradient to 1.5 × the reference's own error + atol against a float64 "
+                    "oracle. Prints a table, writes a report, exits 1 on any FAIL.")
+    p.add_argument("--op", action="append", choices=sorted(verify.OPS), metavar="NAME",
+                   help=f"op to verify (repeatable; default all: {', '.join(verify.OPS)})")
+    p.add_argument("--implementation", choices=verify.IMPLEMENTATIONS, default="triton",
+                   help="what is checked: the Triton kernels (default) or the reference itself")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help="report directory (default reports/verify-<date>)")
+    p.add_argument("--quick", action="store_true", help="one or two tiny cases per op (smoke test)")
+    p.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
+    p.add_argument("--dtype", action="append", choices=verify.DTYPES, help="only this dtype (repeatable)")
+    p.set_defaults(run=_verify)
+
+
+def _verify(args: argparse.Namespace, command: str) -> int:
+    report = verify.run(args.op, implementation=args.implementation, dtypes=args.dtype or verify.DTYPES,
+                        quick=args.quick, cases=args.case)
+    print(verify.table(report.rows))
+    out = args.out or verify.default_out_dir()
+    figures = verify.write(report, out, command)
+    print(f"\nreport: {out}/summary.md, results.json, {len(figures)} figures")
+    print(verify.summary_line(report))
+    return 0 if report.ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _verify_parser(subparsers)
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args, shlex.join(["workbench", *argv]))
+    except ValueError as exc:
+        parser.error(str(exc))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
