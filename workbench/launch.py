@@ -41,6 +41,61 @@ INTERPRET: bool = _backend.INTERPRET
 """True when kernels run in Triton's interpreter (decided in `workbench._backend`)."""
 
 
+# ----------------------------------------------------------------------------- interpreter casts
+
+
+def _patch_interpreter_bfloat16_casts() -> None:
+    """Make the interpreter's casts to and from bfloat16 round to nearest even, as GPUs do.
+
+    Triton 3.6's interpreter stores bfloat16 as uint16 and (interpreter.py, `cast_impl`)
+    converts float32 → bfloat16 by truncating the mantissa, and float64 → bfloat16 with a plain
+    integer `astype`, which yields garbage. Truncation doubles the rounding error of every bfloat16
+    output a kernel writes; the float64 path breaks kernels that accumulate in float64. The
+    interpreter's own rounding path (`_convert_float`) also mishandles carries (see
+    triton-lang/triton#11897). Here every cast that involves bfloat16 goes through ml_dtypes,
+    whose conversions are exact round-to-nearest-even.
+    """
+    import ml_dtypes
+    from triton.runtime import interpreter as interp
+
+    builder_cls = type(interp.interpreter_builder)
+    if getattr(builder_cls, "_workbench_bf16_patch", False):
+        return
+    original_cast = builder_cls.cast_impl
+    original_fp_to_fp = builder_cls.create_fp_to_fp
+    bf16 = triton.language.bfloat16
+
+    def convert(src, dst_type):
+        src_ty, dst_ty = src.dtype.scalar, dst_type.scalar
+        data = src.data.view(ml_dtypes.bfloat16) if src_ty == bf16 else src.data
+        if dst_ty == bf16:
+            out = np.asarray(data).astype(ml_dtypes.bfloat16).view(np.uint16)
+        else:
+            out = np.asarray(data).astype(interp._get_np_dtype(dst_type))
+        return interp.TensorHandle(out, dst_ty)
+
+    def cast_impl(self, src, dst_type):
+        if bf16 in (src.dtype.scalar, dst_type.scalar) and dst_type.scalar.is_floating() \
+                and src.dtype.scalar.is_floating():
+            return convert(src, dst_type)
+        return original_cast(self, src, dst_type)
+
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        if bf16 in (src.dtype.scalar, dst_type.scalar):
+            return convert(src, dst_type)
+        return original_fp_to_fp(self, src, dst_type, rounding_mode)
+
+    builder_cls.cast_impl = cast_impl
+    builder_cls.create_fp_to_fp = create_fp_to_fp
+    for name in ("create_fp_ext", "create_fp_trunc"):
+        setattr(builder_cls, name, lambda self, src, dst_type: self.cast_impl(src, dst_type))
+    builder_cls._workbench_bf16_patch = True
+
+
+if INTERPRET:
+    _patch_interpreter_bfloat16_casts()
+
+
 # ----------------------------------------------------------------------------- optional inputs
 
 ABSENT_SHAPE = (0,)
