@@ -79,12 +79,11 @@ def recurrent(q, k, v, g=None, g_gamma=None, gk=None, gv=None, *, scale=None, in
     B, T, H, K = q.shape
     V = v.shape[-1]
     scale = K ** -0.5 if scale is None else float(scale)
+    if g_gamma is not None:  # a constant (API.md): no gradient flows to it
+        g_gamma = jax.lax.stop_gradient(g_gamma).astype(jnp.float32)
     if impl == "reference":
         return recurrent_ref(q, k, v, g, g_gamma, gk, gv, scale=scale, initial_state=initial_state,
                              reverse=reverse, cu_seqlens=cu_seqlens)
-
-    if g_gamma is not None:  # a constant (API.md): no gradient flows to it
-        g_gamma = jax.lax.stop_gradient(g_gamma).astype(jnp.float32)
 
     # Every kernel sees packed sequences; a fixed-length batch is cu_seqlens = arange(B+1)·T.
     if cu_seqlens is None:
