@@ -147,59 +147,69 @@ def _fold_gates(g, gk, g_gamma, shape):
     """(rec.2) One per-key log-gate gk_eff = gk + g + g_gamma (float32); gk itself when it is alone."""
     if g is None and g_gamma is None:
         return gk  # as given: the kernels convert on load
-    gk_eff = jnp.zeros(shape, jnp.float32)
-    if gk is not None:
-        gk_eff = gk_eff + gk.astype(jnp.float32)
+    scalar = jnp.zeros(shape[:3], jnp.float32)  # summed in the reference's order: (g + g_gamma) + gk
     if g is not None:
-        gk_eff = gk_eff + g.astype(jnp.float32)[..., None]
+        scalar = scalar + g.astype(jnp.float32)
     if g_gamma is not None:
-        gk_eff = gk_eff + g_gamma[:, None]
-    return gk_eff
+        scalar = scalar + g_gamma
+    gk_eff = jnp.broadcast_to(scalar[..., None], shape)
+    return gk_eff if gk is None else gk_eff + gk.astype(jnp.float32)
 
 
-def _forward(q, k, v, gk_eff, gv, h0, cu, static: _Static):
+def _n_checkpoints(TT: int, N: int) -> int:
+    """Slots for the forward's checkpoints: sequence n's chunk c lives at bos // CHUNK + n + c."""
+    return TT // kernels.CHUNK + N + 1
+
+
+def _forward(q, k, v, gk_eff, gv, h0, cu, static: _Static, save: bool):
+    """(o, final_state, checkpoints or None): checkpoints only when a backward will follow."""
     _, TT, H, K = q.shape
     V = v.shape[-1]
     N = cu.shape[0] - 1
     grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H)  # noqa: E731
-    return triton_call(
+    ckpt = (jax.ShapeDtypeStruct((_n_checkpoints(TT, N), H, K, V), jnp.float32) if save
+            else jax.ShapeDtypeStruct((0,), jnp.float32))
+    o, ht, ckpt = triton_call(
         q, k, v, gk_eff, gv, h0, cu,
         kernel=kernels.recurrent_fwd_kernel,
-        out_shape=[jax.ShapeDtypeStruct(v.shape, v.dtype), jax.ShapeDtypeStruct((N, H, K, V), jnp.float32)],
+        out_shape=[jax.ShapeDtypeStruct(v.shape, v.dtype), jax.ShapeDtypeStruct((N, H, K, V), jnp.float32), ckpt],
         grid=grid, name="workbench_recurrent_fwd",
-        scale=static.scale, H=H, K=K, V=V, BK=triton.next_power_of_2(K), REVERSE=static.reverse,
+        scale=static.scale, H=H, K=K, V=V, BK=triton.next_power_of_2(K), CHUNK=kernels.CHUNK,
+        REVERSE=static.reverse,
     )
+    return o, ht, (ckpt if save else None)
 
 
-def _backward(q, k, v, gk_eff, gv, h0, cu, do, dht, static: _Static):
-    """Gradients of (q, k, v, gk_eff, gv, h0) and dg = Σ_i dgk_eff (rec.8), summed in the kernel."""
+def _backward(q, k, v, gk_eff, gv, ckpt, cu, do, dht, static: _Static):
+    """Gradients of (q, k, v, gk_eff, gv, h0) and dg = Σ_i dgk_eff, summed in the kernel."""
     _, TT, H, K = q.shape
     V = v.shape[-1]
     N = cu.shape[0] - 1
     BK = _block_k(K, static.tuning)
+    BV = triton.next_power_of_2(V)
     NK = triton.cdiv(K, BK)
     f32 = jnp.float32
     unused = jax.ShapeDtypeStruct((0,), f32)
-    dq, dk, dv, dh0, dgk, dg, dgv = triton_call(
-        q, k, v, gk_eff, gv, h0, do, dht, cu,
+    dq, dk, dv, dh0, dgk, dg, dgv, _ = triton_call(
+        q, k, v, gk_eff, gv, do, dht, ckpt, cu,
         kernel=kernels.recurrent_bwd_kernel,
         out_shape=[
             jax.ShapeDtypeStruct(q.shape, q.dtype),
             jax.ShapeDtypeStruct(k.shape, k.dtype),
             jax.ShapeDtypeStruct((*v.shape[:3], NK, V), f32),
             jax.ShapeDtypeStruct((N, H, K, V), f32),
-            # [0]: the gradient; [1]: scratch (low halves of the sweep-1 terms)
-            jax.ShapeDtypeStruct((2, *q.shape), f32) if gk_eff is not None else unused,
+            jax.ShapeDtypeStruct(q.shape, f32) if gk_eff is not None else unused,
             jax.ShapeDtypeStruct((*q.shape[:3], NK), f32) if gk_eff is not None else unused,
-            jax.ShapeDtypeStruct((2, *v.shape[:3], NK, V), f32) if gv is not None else unused,
+            jax.ShapeDtypeStruct((*v.shape[:3], NK, V), f32) if gv is not None else unused,
+            jax.ShapeDtypeStruct((NK * N * H, kernels.CHUNK // 4, BK, BV), f32),  # scratch
         ],
         grid=(NK, N * H), name="workbench_recurrent_bwd",
-        scale=static.scale, H=H, K=K, V=V, BK=BK, BV=triton.next_power_of_2(V), REVERSE=static.reverse,
+        scale=static.scale, H=H, K=K, V=V, BK=BK, BV=BV, CHUNK=kernels.CHUNK, REVERSE=static.reverse,
     )
     dv = dv.sum(-2)  # partial sums over key blocks
-    dgk = dgk[0] if gk_eff is not None else None
+    dgk = dgk if gk_eff is not None else None
     dg = dg.sum(-1) if gk_eff is not None else None
-    dgv = dgv[0].sum(-2) if gv is not None else None
+    dgv = dgv.sum(-2) if gv is not None else None
     return dq, dk, dv, dgk, dg, dgv, dh0
 
 
@@ -210,16 +220,17 @@ def _reference_packed(q, k, v, g, gk, gv, g_gamma, h0, cu, static: _Static):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(9,))
 def _recurrent_packed(q, k, v, g, gk, gv, g_gamma, h0, cu, static: _Static):
-    return _forward(q, k, v, _fold_gates(g, gk, g_gamma, q.shape), gv, h0, cu, static)
+    o, ht, _ = _forward(q, k, v, _fold_gates(g, gk, g_gamma, q.shape), gv, h0, cu, static, save=False)
+    return o, ht
 
 
 def _recurrent_packed_fwd(q, k, v, g, gk, gv, g_gamma, h0, cu, static: _Static):
-    out = _forward(q, k, v, _fold_gates(g, gk, g_gamma, q.shape), gv, h0, cu, static)
-    return out, (q, k, v, g, gk, gv, g_gamma, h0, cu)
+    o, ht, ckpt = _forward(q, k, v, _fold_gates(g, gk, g_gamma, q.shape), gv, h0, cu, static, save=True)
+    return (o, ht), (q, k, v, g, gk, gv, g_gamma, h0, ckpt, cu)
 
 
 def _recurrent_packed_bwd(static: _Static, residuals, cotangents):
-    q, k, v, g, gk, gv, g_gamma, h0, cu = residuals
+    q, k, v, g, gk, gv, g_gamma, h0, ckpt, cu = residuals
     do, dht = cotangents
     if static.tuning.backward == "reference":
         def reference(q, k, v, g, gk, gv, h0):
@@ -229,7 +240,7 @@ def _recurrent_packed_bwd(static: _Static, residuals, cotangents):
         dq, dk, dv, dg, dgk, dgv, dh0 = vjp((do, dht))
         return dq, dk, dv, dg, dgk, dgv, None, dh0, None
     dq, dk, dv, dgk_eff, dg_eff, dgv, dh0 = _backward(
-        q, k, v, _fold_gates(g, gk, g_gamma, q.shape), gv, h0, cu, do.astype(v.dtype),
+        q, k, v, _fold_gates(g, gk, g_gamma, q.shape), gv, ckpt, cu, do.astype(v.dtype),
         dht.astype(jnp.float32), static)
     cast = lambda d, x: None if x is None else d.astype(x.dtype)  # noqa: E731
     return (dq, dk, cast(dv, v), cast(dg_eff, g), cast(dgk_eff, gk), cast(dgv, gv), None, dh0, None)

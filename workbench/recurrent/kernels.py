@@ -2,30 +2,33 @@
 
 Both kernels see packed sequences (`[1, total_T, H, ·]` with `cu_seqlens`) and one combined
 per-key log-gate `gk` (the glue folds `g` and `g_gamma` into it, NOTES.md (rec.2)); `gv` is the
-per-value log-gate. The state lives in registers for the whole sweep.
+per-value log-gate. The state lives in registers, in float32, for the whole sweep.
 
 * forward: one program per (value block, sequence·head). Blocks over V need no reduction: each
-  program owns whole rows of `o`.
-* backward: one program per (key block, sequence·head). Blocks over K keep dq, dk and the per-key
-  gate gradient complete in each program; dv and the per-value gate gradient are partial sums over
-  key blocks, reduced by the caller.
+  program owns whole rows of `o`. When the caller will differentiate, it also saves the state
+  every CHUNK steps (checkpoints).
+* backward: one program per (key block, sequence·head), one sweep against processing order. For
+  each chunk it restarts from the checkpoint, recomputes the states at the start of each group of
+  four steps into a small per-program scratch, then walks the chunk backwards recomputing the four
+  states of each group in registers. With S_{t−1} at hand the gate gradients are the direct sums
+  of E_t = dS_t ⊙ D_t ⊙ S_{t−1} (rec.8a, rec.9a): no cancellation, whatever the decay (the
+  reverse-cumulative-sum form (rec.8, rec.9) cancels catastrophically under strong decay, NOTES.md
+  "Precision of the identity"). dq, dk and the per-key gate gradient are complete in a program; dv
+  and the per-value gate gradient are partial sums over key blocks, reduced by the caller.
 
-A step of the recurrence is bound by memory latency, not arithmetic: each sweep walks time in
-groups of four steps and issues the loads of the whole group before its first step, so one memory
-round trip serves four steps. Rows past the end of a sequence load as zeros, which makes their step
-a no-op (decay exp(0) = 1, k vᵀ = 0), and are not stored.
-
-When a gate is present the backward accumulates in float64: its gate gradients come from the
-reverse-cumulative-sum identity (rec.8, rec.9), whose terms cancel over the whole sequence, so
-float32 terms leave an error growing like √T (NOTES.md, "Precision of the identity"). The per-step
-terms cross from sweep 1 to sweep 2 through memory as a float32 (hi, lo) pair.
+A step of the recurrence is bound by memory latency, not arithmetic: sweeps walk time in groups of
+four steps and issue the loads of a whole group before its first step. Rows past the end of a
+sequence load as zeros, which makes their step a no-op (decay exp(0) = 1, k vᵀ = 0), and are never
+stored.
 """
 
 import triton
 import triton.language as tl
 
 from ..launch import given
-from ..tl_helpers import LOG2E, sequence_bounds, time_index
+from ..tl_helpers import exp_accurate, sequence_bounds, time_index
+
+CHUNK = 64  # steps between checkpoints (a multiple of the group size 4); passed as a constexpr
 
 
 def _fwd_configs():
@@ -45,15 +48,18 @@ def _prune_fwd(configs, named_args, **_):
 
 @triton.jit
 def _decay(b_s, b_gk, b_gv, USE_GK: tl.constexpr, USE_GV: tl.constexpr):
-    """(rec.1) b_s ⊙ exp(gk)[:, None] ⊙ exp(gv)[None, :] for whichever gates are present.
+    """(rec.1) b_s ⊙ exp(G) with G[i, j] = gk[i] + gv[j] for whichever gates are present.
 
-    The exponentials are float32 whatever the dtype of b_s: both backward sweeps use the same
-    rounded factors, so the identity (rec.8) still holds exactly for them, and float64 exp is slow.
+    With both gates, exp is taken of the sum (one rounding per element, as the reference does)
+    rather than multiplying exp(gk) and exp(gv). The exponentials are accurate to about an ulp
+    even for strong decays (`exp_accurate`): their errors compound along the state's product.
     """
-    if USE_GK:
-        b_s *= tl.exp2(b_gk.to(tl.float32) * LOG2E).to(b_s.dtype)[:, None]
-    if USE_GV:
-        b_s *= tl.exp2(b_gv.to(tl.float32) * LOG2E).to(b_s.dtype)[None, :]
+    if USE_GK and USE_GV:
+        b_s *= exp_accurate(b_gk[:, None] + b_gv[None, :])
+    elif USE_GK:
+        b_s *= exp_accurate(b_gk)[:, None]
+    elif USE_GV:
+        b_s *= exp_accurate(b_gv)[None, :]
     return b_s
 
 
@@ -114,17 +120,17 @@ def _fwd_step(b_h, x, o, t, ok, i_h, o_v, m_v, scale: tl.constexpr, H: tl.conste
 
 @triton.autotune(
     configs=_fwd_configs(),
-    key=["H", "K", "V", "USE_GK", "USE_GV"],
+    key=["H", "K", "V", "USE_GK", "USE_GV", "SAVE"],
     prune_configs_by={"early_config_prune": _prune_fwd},
 )
-@triton.heuristics({"USE_GK": given("gk"), "USE_GV": given("gv")})
+@triton.heuristics({"USE_GK": given("gk"), "USE_GV": given("gv"), "SAVE": given("ckpt")})
 @triton.jit
 def recurrent_fwd_kernel(
     q, k, v, gk, gv, h0, cu_seqlens,  # inputs
-    o, ht,  # outputs
+    o, ht, ckpt,  # outputs; ckpt [TT // CHUNK + N + 1, H, K, V]: the state every CHUNK steps
     scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr,
-    REVERSE: tl.constexpr, USE_GK: tl.constexpr, USE_GV: tl.constexpr,
+    CHUNK: tl.constexpr, REVERSE: tl.constexpr, USE_GK: tl.constexpr, USE_GV: tl.constexpr, SAVE: tl.constexpr,
 ):
     i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     i_n, i_h = i_nh // H, i_nh % H
@@ -135,10 +141,13 @@ def recurrent_fwd_kernel(
     o_v = i_v * BV + tl.arange(0, BV)
     m_k, m_v = o_k < K, o_v < V
     m_h = m_k[:, None] & m_v[None, :]
-    p_state = i_nh * K * V + o_k[:, None] * V + o_v[None, :]
+    p_state = o_k[:, None] * V + o_v[None, :]
+    p_ckpt = ckpt + ((bos // CHUNK + i_n) * H + i_h) * K * V + p_state  # checkpoint 0 of this sequence
     f32: tl.constexpr = tl.float32
 
-    b_h = tl.load(h0 + p_state, mask=m_h, other=0.0).to(f32)  # [BK, BV]
+    b_h = tl.load(h0 + i_nh * K * V + p_state, mask=m_h, other=0.0).to(f32)  # [BK, BV]
+    if SAVE:
+        tl.store(p_ckpt, b_h, mask=m_h)
     # Software prefetch: the loads of group i+4 are in flight while group i is computed.
     xs = _load_group(q, k, v, gk, gv, q, 0, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V, f32, REVERSE,
                      USE_GK, USE_GV, False)
@@ -154,96 +163,49 @@ def recurrent_fwd_kernel(
                         USE_GK, USE_GV)
         b_h = _fwd_step(b_h, x3, o, time_index(i + 3, bos, eos, REVERSE), i + 3 < n, i_h, o_v, m_v, scale, H, V,
                         USE_GK, USE_GV)
+        if SAVE:  # the state after i + 4 steps starts chunk (i + 4) / CHUNK
+            at_chunk = ((i + 4) % CHUNK == 0) & (i + 4 < n)
+            tl.store(p_ckpt + ((i + 4) // CHUNK) * H * K * V, b_h, mask=m_h & at_chunk)
         xs = xs_next
-    tl.store(ht + p_state, b_h, mask=m_h)
+    tl.store(ht + i_nh * K * V + p_state, b_h, mask=m_h)
 
 
 # ----------------------------------------------------------------------------- backward
 
 
 @triton.jit
-def _bwd_sweep1_step(b_h, x, dq, dgk, dgv, t, ok, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k, lo_v,
-                     scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                     USE_GK: tl.constexpr, USE_GV: tl.constexpr):
-    """Recompute S_t; store dq_t (rec.4) and the '+' terms q⊙dq (rec.8), o⊙do (rec.9) as (hi, lo)."""
+def _advance(b_s, x, USE_GK: tl.constexpr, USE_GV: tl.constexpr):
+    """(rec.1) S_t from S_{t−1}, without the output."""
     b_q, b_k, b_v, b_gk, b_gv, b_do = x
-    b_h = _decay(b_h, b_gk, b_gv, USE_GK, USE_GV)
-    b_h += b_k[:, None] * b_v[None, :]
-    b_dq = tl.sum(b_h * b_do[None, :], axis=1) * scale  # [BK]
-    p_k = (t * H + i_h) * K
-    p_v = (t * H + i_h) * V
-    tl.store(dq + p_k + o_k, b_dq.to(dq.dtype.element_ty), mask=m_k & ok)
-    if USE_GK:
-        b_x = b_q * b_dq
-        b_hi = b_x.to(tl.float32)
-        tl.store(dgk + p_k + o_k, b_hi, mask=m_k & ok)
-        tl.store(dgk + lo_k + p_k + o_k, (b_x - b_hi.to(b_x.dtype)).to(tl.float32), mask=m_k & ok)
-    if USE_GV:
-        b_x = tl.sum(b_h * b_q[:, None], axis=0) * scale * b_do  # this key block's share of o_t ⊙ do_t
-        b_hi = b_x.to(tl.float32)
-        p_pv = (t * HNK + i_hk) * V  # [TT, H, NK, V]: this key block's partial
-        tl.store(dgv + p_pv + o_v, b_hi, mask=m_v & ok)
-        tl.store(dgv + lo_v + p_pv + o_v, (b_x - b_hi.to(b_x.dtype)).to(tl.float32), mask=m_v & ok)
-    return b_h
+    return _decay(b_s, b_gk, b_gv, USE_GK, USE_GV) + b_k[:, None] * b_v[None, :]
 
 
 @triton.jit
-def _load_terms(dgk, dgv, t, ok, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k, lo_v,
-                H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, ACC: tl.constexpr,
-                USE_GK: tl.constexpr, USE_GV: tl.constexpr):
-    """The (hi, lo) terms stored by sweep 1 for row t, recombined in ACC (zeros for absent gates)."""
-    p_k = (t * H + i_h) * K
-    p_v = (t * HNK + i_hk) * V
-    b_tk = tl.zeros([o_k.shape[0]], ACC)
-    b_tv = tl.zeros([o_v.shape[0]], ACC)
-    if USE_GK:
-        b_tk = (tl.load(dgk + p_k + o_k, mask=m_k & ok, other=0.0).to(ACC)
-                + tl.load(dgk + lo_k + p_k + o_k, mask=m_k & ok, other=0.0).to(ACC))
-    if USE_GV:
-        b_tv = (tl.load(dgv + p_v + o_v, mask=m_v & ok, other=0.0).to(ACC)
-                + tl.load(dgv + lo_v + p_v + o_v, mask=m_v & ok, other=0.0).to(ACC))
-    return b_tk, b_tv
-
-
-@triton.jit
-def _load_terms_group(dgk, dgv, i, n, bos, eos, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k, lo_v,
-                      H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, ACC: tl.constexpr,
-                      REVERSE: tl.constexpr, USE_GK: tl.constexpr, USE_GV: tl.constexpr):
-    """The sweep-1 terms of steps i … i+3, all loads issued together."""
-    e0 = _load_terms(dgk, dgv, time_index(i, bos, eos, REVERSE), i < n, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k, lo_v,
-                     H, K, V, ACC, USE_GK, USE_GV)
-    e1 = _load_terms(dgk, dgv, time_index(i + 1, bos, eos, REVERSE), i + 1 < n, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k,
-                     lo_v, H, K, V, ACC, USE_GK, USE_GV)
-    e2 = _load_terms(dgk, dgv, time_index(i + 2, bos, eos, REVERSE), i + 2 < n, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k,
-                     lo_v, H, K, V, ACC, USE_GK, USE_GV)
-    e3 = _load_terms(dgk, dgv, time_index(i + 3, bos, eos, REVERSE), i + 3 < n, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k,
-                     lo_v, H, K, V, ACC, USE_GK, USE_GV)
-    return e0, e1, e2, e3
-
-
-@triton.jit
-def _bwd_sweep2_step(b_dh, b_rk, b_rv, x, terms, dk, dv, dgk, dgv, dg, t, ok, i_h, i_hk, HNK, o_k, o_v, m_k, m_v,
-                     scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                     USE_GK: tl.constexpr, USE_GV: tl.constexpr):
-    """dS_t (rec.3), dk_t (rec.5), dv_t (rec.6), and one step of the reverse cumsums (rec.8, rec.9)."""
+def _bwd_step(b_dh, b_prev, x, dq, dk, dv, dgk, dg, dgv, t, ok, i_h, i_hk, HNK, o_k, o_v, m_k, m_v,
+              scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+              USE_GK: tl.constexpr, USE_GV: tl.constexpr):
+    """One step against processing order, given dS_{t+1} decayed by D_{t+1} and S_{t−1}."""
     b_q, b_k, b_v, b_gk, b_gv, b_do = x
-    b_tk, b_tv = terms
-    b_dh += (b_q * scale)[:, None] * b_do[None, :]
-    b_dk = tl.sum(b_dh * b_v[None, :], axis=1)  # [BK]
-    b_dv = tl.sum(b_dh * b_k[:, None], axis=0)  # [BV], partial over key blocks
+    b_a = _decay(b_prev, b_gk, b_gv, USE_GK, USE_GV)  # A_t = D_t ⊙ S_{t−1}
+    b_s = b_a + b_k[:, None] * b_v[None, :]  # S_t
+    b_dh += (b_q * scale)[:, None] * b_do[None, :]  # (rec.3) dS_t
+    b_dq = tl.sum(b_s * b_do[None, :], axis=1) * scale  # [BK] (rec.4)
+    b_dk = tl.sum(b_dh * b_v[None, :], axis=1)  # [BK] (rec.5)
+    b_dv = tl.sum(b_dh * b_k[:, None], axis=0)  # [BV] (rec.6), partial over key blocks
     p_k = (t * H + i_h) * K
     p_pv = (t * HNK + i_hk) * V  # [TT, H, NK, V]: this key block's partial
+    tl.store(dq + p_k + o_k, b_dq.to(dq.dtype.element_ty), mask=m_k & ok)
     tl.store(dk + p_k + o_k, b_dk.to(dk.dtype.element_ty), mask=m_k & ok)
-    tl.store(dv + p_pv + o_v, b_dv.to(dv.dtype.element_ty), mask=m_v & ok)
-    if USE_GK:
-        b_rk += b_tk - b_k * b_dk
-        tl.store(dgk + p_k + o_k, b_rk.to(tl.float32), mask=m_k & ok)
-        tl.store(dg + t * HNK + i_hk, tl.sum(b_rk, axis=0).to(tl.float32), mask=ok)  # dg_t = Σ_i dgk_t[i]
-    if USE_GV:
-        b_rv += b_tv - b_v * b_dv
-        tl.store(dgv + p_pv + o_v, b_rv.to(tl.float32), mask=m_v & ok)
-    b_dh = _decay(b_dh, b_gk, b_gv, USE_GK, USE_GV)
-    return b_dh, b_rk, b_rv
+    tl.store(dv + p_pv + o_v, b_dv, mask=m_v & ok)
+    if USE_GK or USE_GV:
+        b_e = b_dh * b_a  # (rec.8a) E_t = dS_t ⊙ D_t ⊙ S_{t−1}
+        if USE_GK:
+            b_dgk = tl.sum(b_e, axis=1)  # [BK]
+            tl.store(dgk + p_k + o_k, b_dgk, mask=m_k & ok)
+            tl.store(dg + t * HNK + i_hk, tl.sum(b_dgk, axis=0), mask=ok)  # dg_t = Σ_i dgk_t[i]
+        if USE_GV:
+            tl.store(dgv + p_pv + o_v, tl.sum(b_e, axis=0), mask=m_v & ok)  # (rec.9a), partial
+    return _decay(b_dh, b_gk, b_gv, USE_GK, USE_GV)  # D_t ⊙ dS_t, the carry to step t − 1
 
 
 @triton.autotune(
@@ -253,78 +215,61 @@ def _bwd_sweep2_step(b_dh, b_rk, b_rv, x, terms, dk, dv, dgk, dgv, dg, t, ok, i_
 @triton.heuristics({"USE_GK": given("gk"), "USE_GV": given("gv")})
 @triton.jit
 def recurrent_bwd_kernel(
-    q, k, v, gk, gv, h0, do, dht, cu_seqlens,  # inputs
-    dq, dk, dv, dh0, dgk, dg, dgv,  # outputs; dgk [2, TT, H, K]; partial over key blocks: dv [TT, H, NK, V],
-    # dg [TT, H, NK], dgv [2, TT, H, NK, V]
+    q, k, v, gk, gv, do, dht, ckpt, cu_seqlens,  # inputs; ckpt from the forward
+    dq, dk, dv, dh0, dgk, dg, dgv, scratch,  # outputs; partial over key blocks: dv [TT, H, NK, V],
+    # dg [TT, H, NK], dgv [TT, H, NK, V]; scratch [NK·N·H, CHUNK / 4, BK, BV]: group-start states
     scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr,
-    REVERSE: tl.constexpr, USE_GK: tl.constexpr, USE_GV: tl.constexpr,
+    CHUNK: tl.constexpr, REVERSE: tl.constexpr, USE_GK: tl.constexpr, USE_GV: tl.constexpr,
 ):
     i_k, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     i_n, i_h = i_nh // H, i_nh % H
     bos, eos = sequence_bounds(cu_seqlens, i_n)
     n = eos - bos
-    ACC: tl.constexpr = tl.float64 if USE_GK or USE_GV else tl.float32
-
-    TT = tl.load(cu_seqlens + tl.num_programs(1) // H).to(tl.int64)  # total packed length
-    lo_k = TT * H * K  # dgk = [hi | lo]
     HNK = H * tl.num_programs(0)
     i_hk = i_h * tl.num_programs(0) + i_k  # partial outputs interleave key blocks: [TT, H, NK, ·]
-    lo_v = TT * HNK * V  # dgv = [hi | lo]
+    f32: tl.constexpr = tl.float32
+    GROUPS: tl.constexpr = CHUNK // 4
 
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = tl.arange(0, BV)
     m_k, m_v = o_k < K, o_v < V
     m_h = m_k[:, None] & m_v[None, :]
-    p_state = i_nh * K * V + o_k[:, None] * V + o_v[None, :]
+    p_state = o_k[:, None] * V + o_v[None, :]
+    p_ckpt = ckpt + ((bos // CHUNK + i_n) * H + i_h) * K * V + p_state
+    p_scratch = (scratch + (i_k * tl.num_programs(1) + i_nh) * GROUPS * BK * BV
+                 + tl.arange(0, BK)[:, None] * BV + o_v[None, :])
 
-    # Sweep 1, in processing order: recompute S_t, emit dq_t and the '+' terms of rec.8 / rec.9.
-    b_h = tl.load(h0 + p_state, mask=m_h, other=0.0).to(ACC)  # [BK, BV]
-    xs = _load_group(q, k, v, gk, gv, do, 0, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V, ACC, REVERSE,
-                     USE_GK, USE_GV, True)
-    for i in range(0, n, 4):
-        xs_next = _load_group(q, k, v, gk, gv, do, i + 4, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V, ACC,
-                              REVERSE, USE_GK, USE_GV, True)
-        x0, x1, x2, x3 = xs
-        b_h = _bwd_sweep1_step(b_h, x0, dq, dgk, dgv, time_index(i, bos, eos, REVERSE), i < n, i_h, i_hk, HNK, o_k, o_v,
-                               m_k, m_v, lo_k, lo_v, scale, H, K, V, USE_GK, USE_GV)
-        b_h = _bwd_sweep1_step(b_h, x1, dq, dgk, dgv, time_index(i + 1, bos, eos, REVERSE), i + 1 < n, i_h, i_hk, HNK, o_k,
-                               o_v, m_k, m_v, lo_k, lo_v, scale, H, K, V, USE_GK, USE_GV)
-        b_h = _bwd_sweep1_step(b_h, x2, dq, dgk, dgv, time_index(i + 2, bos, eos, REVERSE), i + 2 < n, i_h, i_hk, HNK, o_k,
-                               o_v, m_k, m_v, lo_k, lo_v, scale, H, K, V, USE_GK, USE_GV)
-        b_h = _bwd_sweep1_step(b_h, x3, dq, dgk, dgv, time_index(i + 3, bos, eos, REVERSE), i + 3 < n, i_h, i_hk, HNK, o_k,
-                               o_v, m_k, m_v, lo_k, lo_v, scale, H, K, V, USE_GK, USE_GV)
-        xs = xs_next
-
-    # The final-state term of the gate gradients, Σ dS_T ⊙ S_T (rec.8, rec.9).
-    b_dh = tl.load(dht + p_state, mask=m_h, other=0.0).to(ACC)  # [BK, BV]
-    b_rk = tl.sum(b_dh * b_h, axis=1)  # [BK]
-    b_rv = tl.sum(b_dh * b_h, axis=0)  # [BV]
-    tl.debug_barrier()  # sweep 2 reads what other threads of this program wrote in sweep 1
-
-    # Sweep 2, against processing order: dS_t = scale q_t do_tᵀ + D_{t+1} ⊙ dS_{t+1} (rec.3).
-    # Rows and the terms written by sweep 1 are prefetched one group ahead.
-    xs = _load_group(q, k, v, gk, gv, do, 0, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V, ACC, not REVERSE,
-                     USE_GK, USE_GV, True)
-    es = _load_terms_group(dgk, dgv, 0, n, bos, eos, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k, lo_v, H, K, V, ACC,
-                           not REVERSE, USE_GK, USE_GV)
-    for i in range(0, n, 4):
-        xs_next = _load_group(q, k, v, gk, gv, do, i + 4, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V, ACC,
-                              not REVERSE, USE_GK, USE_GV, True)
-        es_next = _load_terms_group(dgk, dgv, i + 4, n, bos, eos, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, lo_k, lo_v, H, K, V,
-                                    ACC, not REVERSE, USE_GK, USE_GV)
-        t0, t1 = time_index(i, bos, eos, not REVERSE), time_index(i + 1, bos, eos, not REVERSE)
-        t2, t3 = time_index(i + 2, bos, eos, not REVERSE), time_index(i + 3, bos, eos, not REVERSE)
-        e0, e1, e2, e3 = es
-        x0, x1, x2, x3 = xs
-        b_dh, b_rk, b_rv = _bwd_sweep2_step(b_dh, b_rk, b_rv, x0, e0, dk, dv, dgk, dgv, dg, t0, i < n, i_h, i_hk, HNK, o_k, o_v,
-                                            m_k, m_v, scale, H, K, V, USE_GK, USE_GV)
-        b_dh, b_rk, b_rv = _bwd_sweep2_step(b_dh, b_rk, b_rv, x1, e1, dk, dv, dgk, dgv, dg, t1, i + 1 < n, i_h, i_hk, HNK, o_k,
-                                            o_v, m_k, m_v, scale, H, K, V, USE_GK, USE_GV)
-        b_dh, b_rk, b_rv = _bwd_sweep2_step(b_dh, b_rk, b_rv, x2, e2, dk, dv, dgk, dgv, dg, t2, i + 2 < n, i_h, i_hk, HNK, o_k,
-                                            o_v, m_k, m_v, scale, H, K, V, USE_GK, USE_GV)
-        b_dh, b_rk, b_rv = _bwd_sweep2_step(b_dh, b_rk, b_rv, x3, e3, dk, dv, dgk, dgv, dg, t3, i + 3 < n, i_h, i_hk, HNK, o_k,
-                                            o_v, m_k, m_v, scale, H, K, V, USE_GK, USE_GV)
-        xs = xs_next
-        es = es_next
-    tl.store(dh0 + p_state, b_dh.to(tl.float32), mask=m_h)  # (rec.7)
+    b_dh = tl.load(dht + i_nh * K * V + p_state, mask=m_h, other=0.0).to(f32)  # [BK, BV] dS_T
+    n_chunks = tl.cdiv(n, CHUNK)
+    for c_rev in range(0, n_chunks):
+        c = n_chunks - 1 - c_rev
+        # Recompute the chunk forward from its checkpoint; park the state at each group start.
+        b_s = tl.load(p_ckpt + c * H * K * V, mask=m_h, other=0.0)
+        for g in range(0, GROUPS):
+            i = c * CHUNK + g * 4
+            tl.store(p_scratch + g * BK * BV, b_s)
+            x0, x1, x2, x3 = _load_group(q, k, v, gk, gv, do, i, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V,
+                                         f32, REVERSE, USE_GK, USE_GV, False)
+            b_s = _advance(_advance(_advance(_advance(b_s, x0, USE_GK, USE_GV), x1, USE_GK, USE_GV),
+                                    x2, USE_GK, USE_GV), x3, USE_GK, USE_GV)
+        tl.debug_barrier()  # the parked states were written by other threads of this program
+        # Walk the chunk backwards, one group at a time, its four states recomputed in registers.
+        for g_rev in range(0, GROUPS):
+            i = c * CHUNK + (GROUPS - 1 - g_rev) * 4
+            x0, x1, x2, x3 = _load_group(q, k, v, gk, gv, do, i, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V,
+                                         f32, REVERSE, USE_GK, USE_GV, True)
+            b_s0 = tl.load(p_scratch + (GROUPS - 1 - g_rev) * BK * BV)
+            b_s1 = _advance(b_s0, x0, USE_GK, USE_GV)
+            b_s2 = _advance(b_s1, x1, USE_GK, USE_GV)
+            b_s3 = _advance(b_s2, x2, USE_GK, USE_GV)
+            b_dh = _bwd_step(b_dh, b_s3, x3, dq, dk, dv, dgk, dg, dgv, time_index(i + 3, bos, eos, REVERSE),
+                             i + 3 < n, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, scale, H, K, V, USE_GK, USE_GV)
+            b_dh = _bwd_step(b_dh, b_s2, x2, dq, dk, dv, dgk, dg, dgv, time_index(i + 2, bos, eos, REVERSE),
+                             i + 2 < n, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, scale, H, K, V, USE_GK, USE_GV)
+            b_dh = _bwd_step(b_dh, b_s1, x1, dq, dk, dv, dgk, dg, dgv, time_index(i + 1, bos, eos, REVERSE),
+                             i + 1 < n, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, scale, H, K, V, USE_GK, USE_GV)
+            b_dh = _bwd_step(b_dh, b_s0, x0, dq, dk, dv, dgk, dg, dgv, time_index(i, bos, eos, REVERSE),
+                             i < n, i_h, i_hk, HNK, o_k, o_v, m_k, m_v, scale, H, K, V, USE_GK, USE_GV)
+        tl.debug_barrier()  # the next chunk overwrites the parked states
+    tl.store(dh0 + i_nh * K * V + p_state, b_dh, mask=m_h)  # (rec.7)
