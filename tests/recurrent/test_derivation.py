@@ -398,3 +398,30 @@ def test_rec_8_cancellation_with_strong_decay():
     identity_err = rel_diff(derived(f32, do32, dST32, reverse=False)[4].astype(np.float64), exact)
     assert direct_err < 1e-5
     assert identity_err > 1000 * direct_err
+
+
+@cotangent_cases
+@reverse_cases
+def test_rec_8a(reverse, final_state_only):
+    """The direct form the backward kernel uses: dgk_t = Σ_j E_t[:, j], E_t = dS_t ⊙ D_t ⊙ S_{t−1};
+    dg_t = Σ_ij E_t — the final-state cotangent enters through dS_t, no separate term."""
+    x, do, dST, o, ST, grads, E, p = _gate_case(81, reverse, final_state_only)
+    assert_close(p(grads["gk"]), E.sum(-1))
+    assert_close(p(grads["g"]), E.sum((-1, -2)))
+
+
+@cotangent_cases
+@reverse_cases
+def test_rec_9a(reverse, final_state_only):
+    """dgv_t = Σ_i E_t[i, :] (the column sums of the same E_t)."""
+    x, do, dST, o, ST, grads, E, p = _gate_case(91, reverse, final_state_only)
+    assert_close(p(grads["gv"]), E.sum(-2))
+
+
+def test_rec_8a_strong_decay_has_no_cancellation():
+    """Under log-decays near −50 per step the direct sums stay accurate where the identity fails."""
+    x, do, dST = make_inputs(12, strength=25.0)
+    (o, ST), grads = definition_vjp(x, do, dST, reverse=False)
+    S = states(x, False)
+    E = state_cotangents(x, do, dST, False) * np.exp(log_decay(x)) * previous(S, x["initial_state"])
+    assert_close(grads["gk"], E.sum(-1))
