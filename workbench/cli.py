@@ -1,4 +1,5 @@
-"""The `workbench` command: `workbench verify` (every kernel against its float64 oracle).
+"""The `workbench` command: `workbench verify` (every kernel against its float64 oracle) and
+`workbench bench` (timings appended to data/bench/).
 
 Subcommands are argparse subparsers, each a `_<name>_parser` that registers its options and a
 `_<name>` that runs it and returns the exit status.
@@ -15,7 +16,7 @@ from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # reports are written headless
 
-from . import verify  # noqa: E402  (imports workbench first: compiled vs interpreted Triton)
+from . import bench, verify  # noqa: E402  (imports workbench first: compiled vs interpreted Triton)
 
 
 def _verify_parser(subparsers) -> None:
@@ -47,11 +48,47 @@ def _verify(args: argparse.Namespace, command: str) -> int:
     return 0 if report.ok else 1
 
 
+def _bench_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bench", help="time forward and forward+backward of an op; append a JSON record to data/bench/",
+        description="Time each shape of a shape set: forward and forward+backward (random cotangents for "
+                    "every output) of the Triton kernel, the JAX reference and, with --peers, installed "
+                    "peers; median/min/p90 ms, GB/s, ratio to the best peer, error vs the reference "
+                    "(WRONG above a loose bound). Progress on stderr, a table on stdout, one new JSON file "
+                    "per run. On a CPU only the tiny shape sets run (interpreted, timings meaningless).")
+    p.add_argument("--op", choices=sorted(bench.OPS), default="recurrent", help="op to time (default recurrent)")
+    p.add_argument("--peers", action="store_true", help="also time installed peers (others recorded as absent)")
+    p.add_argument("--shapes", default="target", metavar="NAME",
+                   help="shape set: " + "; ".join(f"{op}: {', '.join(spec.shape_sets)}"
+                                                  for op, spec in bench.OPS.items()) + " (default target)")
+    p.add_argument("--iters", type=int, default=20, metavar="N", help="timed calls after warm-up (default 20)")
+    p.add_argument("--out", type=Path, default=bench.DEFAULT_OUT, metavar="DIR",
+                   help=f"record directory (default {bench.DEFAULT_OUT})")
+    p.add_argument("--implementations", default=",".join(bench.IMPLEMENTATIONS), metavar="LIST",
+                   help=f"comma list of {', '.join(bench.IMPLEMENTATIONS)} (default both)")
+    p.set_defaults(run=_bench)
+
+
+def _bench(args: argparse.Namespace, command: str) -> int:
+    implementations = [s.strip() for s in args.implementations.split(",") if s.strip()]
+    try:
+        record = bench.run(args.op, args.shapes, iters=args.iters, implementations=implementations,
+                           peers=args.peers, command=command)
+        path = bench.write(record, args.out)
+    except bench.Refused as exc:
+        print(f"workbench bench: refused: {exc}", file=sys.stderr)
+        return 2
+    print(bench.table(record))
+    print(f"\nrecord: {path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _verify_parser(subparsers)
+    _bench_parser(subparsers)
     args = parser.parse_args(argv)
     try:
         return args.run(args, shlex.join(["workbench", *argv]))

@@ -1,0 +1,452 @@
+"""`workbench bench`: forward and forward+backward timings of each op, appended to `data/bench/`.
+
+For every shape of a named shape set, on the same random inputs and random cotangents (one for
+every output, final states included), the harness times
+
+    triton     the op with `implementation="triton"` under `jax.jit`;
+    reference  the pure-JAX reference under `jax.jit`;
+    peers      other libraries' kernels for the same math (`--peers`), imported lazily: a peer that
+               is not installed, or needs CUDA on a machine without it, is recorded with its status
+               and the run goes on.
+
+Each (shape, implementation, pass) gets the median, min and p90 of `iters` timed calls after two
+warm-up calls (compilation, autotuning; one in the interpreter), an achieved bandwidth from an
+estimate of the bytes read and written once, its fraction of the device's peak when known, the ratio to the best peer measured
+in the same run, and its error against the reference's output on the same inputs (max |Δ| and RMS
+relative, per output and gradient). An implementation whose RMS-relative error exceeds
+`WRONG_RMS_REL[dtype]` is marked WRONG and not ranked.
+
+On a CPU Triton runs in its interpreter: only the shape sets an op lists in `cpu_shape_sets` run
+(as a smoke test, the record marked `"interpreted": true`); others are refused (`Refused`).
+
+Each run writes ONE new file `<out>/<op>-<UTC timestamp>.json`, never overwriting one. Its keys:
+`op, harness, command, interpreted, date, device {name, kind, platform, driver, peak_bytes_per_s},
+versions, git {commit, dirty}, shape_set, shapes, dtype, iters, implementations, peers, results`;
+each result has `shape, implementation, pass, ms {median, min, p90}, bytes, gb_per_s,
+fraction_of_peak, ratio_to_best_peer, errors {name: {max_abs, rms_rel}}, status` (ok | WRONG).
+
+Adding an op: write its input factory, its call, its byte estimate and its peers, and add an
+`OpBench` to `OPS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import workbench
+
+from . import launch, testing
+
+IMPLEMENTATIONS = ("triton", "reference")
+WARMUP = 2
+WRONG_RMS_REL = {"bfloat16": 5e-2, "float16": 2e-2, "float32": 1e-3}
+PEAK_BYTES_PER_S = {"H100": 3.35e12, "H200": 4.8e12}
+DEFAULT_OUT = Path("data/bench")
+
+
+class Refused(Exception):
+    """The run was not started (a shape set too large for the Triton interpreter, a file exists)."""
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    """Another library's kernel for the op's math.
+
+    module: imported first; if that fails the peer is recorded as "not installed".
+    setup: `setup(inputs, cotangents)` → `PeerCalls` on the same inputs (converted as it needs).
+    """
+
+    name: str
+    module: str
+    setup: Callable[[Mapping[str, jax.Array], Sequence[jax.Array]], PeerCalls]
+    needs_cuda: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class PeerCalls:
+    """forward() → outputs; forward_backward() → outputs + gradients (in `OpBench` order);
+    block(result) waits for the device; to_numpy(result) → list of arrays."""
+
+    forward: Callable[[], Any]
+    forward_backward: Callable[[], Any]
+    block: Callable[[Any], None]
+    to_numpy: Callable[[Any], list[np.ndarray]]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpBench:
+    """An op as `bench` sees it.
+
+    shape_sets: name → shapes (dicts of dimension sizes); cpu_shape_sets: those the interpreter may run.
+    inputs: `inputs(shape, dtype, seed)` → keyword arguments of the op; `differentiable` of them get gradients.
+    call: `call(implementation, **inputs, **options)` → tuple of outputs named `outputs`.
+    bytes: `bytes(shape, dtype)` → (forward, forward+backward) bytes read and written once, estimated.
+    """
+
+    shape_sets: Mapping[str, tuple[Mapping[str, int], ...]]
+    cpu_shape_sets: tuple[str, ...]
+    dtype: str
+    inputs: Callable[[Mapping[str, int], Any, int], dict[str, jax.Array]]
+    differentiable: tuple[str, ...]
+    outputs: tuple[str, ...]
+    call: Callable[..., tuple]
+    bytes: Callable[[Mapping[str, int], Any], tuple[int, int]]
+    peers: tuple[Peer, ...] = ()
+    notes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Outputs then gradients: what a forward+backward returns, in order."""
+        return self.outputs + tuple("d" + n for n in self.differentiable)
+
+
+def _recurrent_inputs(shape, dtype, seed):
+    B, T, H, K, V = (shape[n] for n in "BTHKV")
+    return testing.recurrent_inputs(seed, B, T, H, K, V, dtype=dtype, gates=("gk",), strength=0.1,
+                                    initial_state=False)
+
+
+def _recurrent_call(implementation, q, k, v, gk, **options):
+    return workbench.recurrent(q, k, v, gk=gk, implementation=implementation, **options)  # looked up per call
+
+
+def _recurrent_bytes(shape, dtype):
+    """q, k, gk [B,T,H,K] and v [B,T,H,V] read; o written, final_state (float32) written.
+    Backward: inputs, do and dht read again, one gradient per input written."""
+    B, T, H, K, V = (shape[n] for n in "BTHKV")
+    size = jnp.dtype(dtype).itemsize
+    inputs = (3 * B * T * H * K + B * T * H * V) * size
+    o = B * T * H * V * size
+    state = B * H * K * V * 4
+    forward = inputs + o + state
+    return forward, forward + (inputs + o + state) + inputs
+
+
+def _fla_fused_recurrent_gla(inputs, cotangents) -> PeerCalls:
+    import torch
+    from fla.ops.gla import fused_recurrent_gla
+
+    def to_torch(x, grad=False):
+        t = torch.from_dlpack(jax.device_put(x, jax.devices()[0])).cuda().contiguous()
+        return t.detach().requires_grad_(grad)
+
+    q, k, v, gk = (to_torch(inputs[n], grad=True) for n in ("q", "k", "v", "gk"))
+    do, dht = (to_torch(c) for c in cotangents)
+
+    def forward():
+        return fused_recurrent_gla(q, k, v, gk=gk, output_final_state=True)
+
+    def forward_backward():
+        o, ht = fused_recurrent_gla(q, k, v, gk=gk, output_final_state=True)
+        return (o, ht, *torch.autograd.grad((o, ht), (q, k, v, gk), (do, dht)))
+
+    return PeerCalls(forward=lambda: tuple(forward()), forward_backward=forward_backward,
+                     block=lambda _: torch.cuda.synchronize(),
+                     to_numpy=lambda out: [t.detach().float().cpu().numpy() for t in out])
+
+
+RECURRENT = OpBench(
+    shape_sets={
+        "target": (dict(B=8, T=4096, H=16, K=64, V=64),),  # the foundation issue's target
+        "sweep": tuple(dict(B=1, T=2 ** e, H=16, K=64, V=64) for e in range(10, 17)),
+        "tiny": (dict(B=1, T=16, H=2, K=8, V=8),),
+    },
+    cpu_shape_sets=("tiny",),
+    dtype="bfloat16",
+    inputs=_recurrent_inputs,
+    differentiable=("q", "k", "v", "gk"),
+    outputs=("o", "final_state"),
+    call=_recurrent_call,
+    bytes=_recurrent_bytes,
+    peers=(Peer("fla.ops.gla.fused_recurrent_gla", "fla", _fla_fused_recurrent_gla),),
+    notes={"gates": ["gk"], "gate_strength": 0.1, "targets_ms": {"target": {"forward": 3.6,
+                                                                             "forward_backward": 8.0}}},
+)
+
+OPS: dict[str, OpBench] = {"recurrent": RECURRENT}
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+def time_ms(fn: Callable[[], Any], block: Callable[[Any], Any], iters: int,
+            warmup: int = WARMUP) -> tuple[dict[str, float], Any]:
+    """Median, min and p90 of `iters` calls of `fn` after `warmup` calls; and the last result."""
+    for _ in range(warmup):
+        block(fn())
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        out = fn()
+        block(out)
+        times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    p90 = times[min(len(times) - 1, math.ceil(0.9 * len(times)) - 1)]
+    return {"median": statistics.median(times), "min": times[0], "p90": p90}, out
+
+
+def jax_calls(op: OpBench, implementation: str, inputs: Mapping[str, jax.Array],
+              cotangents: Sequence[jax.Array], **options) -> PeerCalls:
+    """The op's forward and forward+backward (`jax.vjp`, the given cotangents) under `jax.jit`;
+    `options` go to the op's call (e.g. `tuning=`)."""
+    diff = op.differentiable
+    rest = {n: x for n, x in inputs.items() if n not in diff}
+
+    def forward(primals):
+        return tuple(op.call(implementation, **primals, **rest, **options))
+
+    def forward_backward(primals):
+        outputs, pullback = jax.vjp(lambda p: forward(p), primals)
+        (grads,) = pullback(tuple(cotangents))
+        return (*outputs, *(grads[n] for n in diff))
+
+    primals = {n: inputs[n] for n in diff}
+    fwd, fwd_bwd = jax.jit(forward), jax.jit(forward_backward)
+    return PeerCalls(forward=lambda: fwd(primals), forward_backward=lambda: fwd_bwd(primals),
+                     block=jax.block_until_ready, to_numpy=lambda out: [np.asarray(x) for x in out])
+
+
+# ----------------------------------------------------------------------------- machine
+
+
+def device_info() -> dict[str, Any]:
+    dev = jax.devices()[0]
+    driver = None
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    peak = next((b for name, b in PEAK_BYTES_PER_S.items() if name in dev.device_kind), None)
+    return {"name": str(dev), "kind": dev.device_kind, "platform": dev.platform, "driver": driver,
+            "peak_bytes_per_s": peak}
+
+
+def versions(extra: Sequence[str] = ()) -> dict[str, str]:
+    """python, jax, jaxlib, triton, jax_triton (when importable) and each module in `extra`."""
+    out = {"python": platform.python_version()}
+    for name in ("jax", "jaxlib", "triton", "jax_triton", "numpy", *extra):
+        try:
+            out[name] = getattr(importlib.import_module(name), "__version__", "unknown")
+        except ImportError:
+            pass
+    return out
+
+
+def git_state() -> dict[str, Any]:
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=20)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode:
+            return {"commit": None}
+        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+        return {"commit": head.stdout.strip(), "dirty": bool(dirty)}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None}
+
+
+# ----------------------------------------------------------------------------- run
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _errors(names, got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> dict[str, dict[str, float]]:
+    return {n: {"max_abs": testing.max_abs(g, w), "rms_rel": testing.rms_rel(g, w)}
+            for n, g, w in zip(names, got, want)}
+
+
+def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 20,
+        implementations: Sequence[str] = IMPLEMENTATIONS, peers: bool = False, command: str = "",
+        shapes: Sequence[Mapping[str, int]] | None = None) -> dict[str, Any]:
+    """Time `op_name` over a shape set (or explicit `shapes`) and return the record (not written)."""
+    if op_name not in OPS:
+        raise ValueError(f"--op: unknown op {op_name!r}; known: {', '.join(OPS)}")
+    op = OPS[op_name]
+    if shapes is None:
+        if shape_set not in op.shape_sets:
+            raise ValueError(f"--shapes: {op_name} has no shape set {shape_set!r}; known: {', '.join(op.shape_sets)}")
+        shapes = op.shape_sets[shape_set]
+    unknown = set(implementations) - set(IMPLEMENTATIONS)
+    if unknown or not implementations:
+        raise ValueError(f"--implementations: expected a comma list of {', '.join(IMPLEMENTATIONS)}, "
+                         f"got {','.join(implementations)!r}")
+    if iters < 1:
+        raise ValueError(f"--iters: must be ≥ 1, got {iters}")
+    if launch.INTERPRET and shape_set not in op.cpu_shape_sets:
+        raise Refused(f"no CUDA GPU: Triton runs in its interpreter here, where shape set {shape_set!r} of "
+                      f"{op_name} would take hours and time nothing; use --shapes "
+                      f"{' or '.join(op.cpu_shape_sets)} for a smoke test, or run on a GPU")
+    if launch.INTERPRET:
+        _say("warning: Triton is interpreted on this CPU: the timings are meaningless (smoke test only)")
+
+    warmup = 1 if launch.INTERPRET else WARMUP  # the interpreter neither compiles nor autotunes
+    dtype = jnp.dtype(op.dtype)
+    device = device_info()
+    bound = WRONG_RMS_REL[op.dtype]
+    peer_status: list[dict[str, Any]] = []
+    active_peers: list[Peer] = []
+    used_modules: list[str] = []
+    for peer in op.peers if peers else ():
+        try:
+            importlib.import_module(peer.module)
+        except ImportError:
+            peer_status.append({"peer": peer.name, "status": "not installed"})
+            continue
+        used_modules += ["torch", peer.module]
+        if peer.needs_cuda and device["platform"] != "gpu":
+            peer_status.append({"peer": peer.name, "status": "skipped: needs a CUDA GPU"})
+            continue
+        active_peers.append(peer)
+
+    t_start = time.perf_counter()
+    results: list[dict[str, Any]] = []
+    for i, shape in enumerate(shapes):
+        label = " ".join(f"{n}={s}" for n, s in shape.items())
+        inputs = op.inputs(shape, dtype, i)
+        reference = jax_calls(op, "reference", inputs, [])
+        outputs = jax.eval_shape(reference.forward)
+        cotangents = testing.random_cotangents(1000 + i, outputs)
+        reference = jax_calls(op, "reference", inputs, cotangents)
+        want = {"forward": None, "forward_backward": None}
+        fwd_bytes, fwd_bwd_bytes = op.bytes(shape, dtype)
+        n_out = len(op.outputs)
+
+        contenders: list[tuple[str, str, Callable[[], PeerCalls]]] = [
+            (impl, "kernel", lambda impl=impl: reference if impl == "reference"
+             else jax_calls(op, impl, inputs, cotangents)) for impl in implementations]
+        contenders += [(p.name, "peer", lambda p=p: p.setup(inputs, cotangents)) for p in active_peers]
+        if "reference" not in implementations:  # the errors still need it
+            want["forward_backward"] = reference.to_numpy(reference.forward_backward())
+            want["forward"] = want["forward_backward"][:n_out]
+
+        shape_rows = []
+        for name, kind, make in contenders:
+            try:
+                calls = make()
+                fwd_ms, fwd_out = time_ms(calls.forward, calls.block, iters, warmup)
+                fb_ms, fb_out = time_ms(calls.forward_backward, calls.block, iters, warmup)
+            except Exception as exc:  # a peer's failure is recorded, never fatal
+                if kind != "peer":
+                    raise
+                peer_status.append({"peer": name, "status": f"failed: {type(exc).__name__}: {exc}"[:500]})
+                _say(f"[{time.perf_counter() - t_start:7.1f} s] {op_name} {label} {name}: failed ({exc})")
+                continue
+            got = {"forward": calls.to_numpy(fwd_out), "forward_backward": calls.to_numpy(fb_out)}
+            if name == "reference":
+                want = got
+            for pass_, ms, nbytes in (("forward", fwd_ms, fwd_bytes), ("forward_backward", fb_ms, fwd_bwd_bytes)):
+                shape_rows.append({"shape": dict(shape), "implementation": name, "kind": kind, "pass": pass_,
+                                   "ms": ms, "bytes": nbytes, "_got": got[pass_]})
+            if kind == "peer" and not any(p["peer"] == name for p in peer_status):
+                peer_status.append({"peer": name, "status": "measured"})
+            _say(f"[{time.perf_counter() - t_start:7.1f} s] {op_name} {label} {name}: "
+                 f"forward {fwd_ms['median']:.3f} ms, forward+backward {fb_ms['median']:.3f} ms")
+
+        for row in shape_rows:
+            got = row.pop("_got")
+            names = op.names[:len(got)]
+            row["errors"] = _errors(names, got, want[row["pass"]])
+            worst = max((e["rms_rel"] for e in row["errors"].values()), default=0.0)
+            row["status"] = "WRONG" if not worst <= bound else "ok"  # NaN is WRONG too
+            seconds = row["ms"]["median"] / 1e3
+            row["gb_per_s"] = row["bytes"] / seconds / 1e9
+            peak = device["peak_bytes_per_s"]
+            row["fraction_of_peak"] = row["bytes"] / seconds / peak if peak else None
+        for pass_ in ("forward", "forward_backward"):
+            rows = [r for r in shape_rows if r["pass"] == pass_]
+            best = min((r["ms"]["median"] for r in rows if r["kind"] == "peer" and r["status"] == "ok"), default=None)
+            for r in rows:
+                r["ratio_to_best_peer"] = (r["ms"]["median"] / best if best and r["status"] == "ok" else None)
+        results += shape_rows
+
+    return {
+        "op": op_name, "harness": "workbench.bench", "command": command, "interpreted": launch.INTERPRET,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "device": device,
+        "versions": versions(sorted(set(used_modules))), "git": git_state(),
+        "shape_set": shape_set, "shapes": [dict(s) for s in shapes], "dtype": op.dtype, "iters": iters,
+        "warmup": warmup, "implementations": list(implementations), "wrong_rms_rel": bound,
+        "peers": peer_status, **op.notes, "results": results, "seconds": time.perf_counter() - t_start,
+    }
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def write(record: Mapping[str, Any], out: Path = DEFAULT_OUT, stamp: str | None = None) -> Path:
+    """Write `record` to a new `<out>/<op>-<UTC timestamp>.json`; refuse if that file exists."""
+    stamp = stamp or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{record['op']}-{stamp}.json"
+    try:
+        with path.open("x") as fh:  # exclusive: records are append-only
+            json.dump(record, fh, indent=2, default=_json_default)
+            fh.write("\n")
+    except FileExistsError:
+        raise Refused(f"{path} exists; bench records are never overwritten") from None
+    return path
+
+
+def _json_default(x):
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+COLUMNS = ("shape", "implementation", "pass", "median ms", "min ms", "p90 ms", "GB/s", "% peak",
+           "× best peer", "max|Δ| o", "rms-rel", "")
+
+
+def _fmt(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def table(record: Mapping[str, Any]) -> str:
+    rows = []
+    for r in record["results"]:
+        worst = max((e["rms_rel"] for e in r["errors"].values()), default=0.0)
+        first = next(iter(r["errors"]), None)
+        rows.append((" ".join(f"{n}={s}" for n, s in r["shape"].items()), r["implementation"],
+                     "fwd" if r["pass"] == "forward" else "fwd+bwd",
+                     _fmt(r["ms"]["median"], ".3f"), _fmt(r["ms"]["min"], ".3f"), _fmt(r["ms"]["p90"], ".3f"),
+                     _fmt(r["gb_per_s"], ".1f"),
+                     _fmt(None if r["fraction_of_peak"] is None else 100 * r["fraction_of_peak"], ".1f"),
+                     _fmt(r["ratio_to_best_peer"], ".2f"),
+                     _fmt(r["errors"][first]["max_abs"] if first else None, ".2e"), _fmt(worst, ".2e"),
+                     "WRONG" if r["status"] == "WRONG" else ""))
+    widths = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c) for i, c in enumerate(COLUMNS)]
+    line = lambda cells: "  ".join(c.rjust(w) if i >= 3 else c.ljust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+    out = [line(COLUMNS), line(["-" * w for w in widths]), *map(line, rows)]
+    for p in record["peers"]:
+        if p["status"] != "measured":
+            out.append(f"peer {p['peer']}: {p['status']}")
+    dev = record["device"]
+    out.append(f"{record['op']} {record['shape_set']} {record['dtype']} on {dev['kind']} ({dev['platform']}), "
+               f"{record['iters']} iters after {record['warmup']} warm-up"
+               + (" — INTERPRETED: timings meaningless" if record["interpreted"] else ""))
+    return "\n".join(out)
