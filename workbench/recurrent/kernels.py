@@ -246,7 +246,8 @@ def recurrent_bwd_kernel(
         c = n_chunks - 1 - c_rev
         # Recompute the chunk forward from its checkpoint; park the state at each group start.
         b_s = tl.load(p_ckpt + c * H * K * V, mask=m_h, other=0.0)
-        for g in range(0, GROUPS):
+        n_groups = tl.minimum(GROUPS, tl.cdiv(n - c * CHUNK, 4))  # the last chunk may be short
+        for g in range(0, n_groups):
             i = c * CHUNK + g * 4
             tl.store(p_scratch + g * BK * BV, b_s)
             x0, x1, x2, x3 = _load_group(q, k, v, gk, gv, do, i, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V,
@@ -255,11 +256,11 @@ def recurrent_bwd_kernel(
                                     x2, USE_GK, USE_GV), x3, USE_GK, USE_GV)
         tl.debug_barrier()  # the parked states were written by other threads of this program
         # Walk the chunk backwards, one group at a time, its four states recomputed in registers.
-        for g_rev in range(0, GROUPS):
-            i = c * CHUNK + (GROUPS - 1 - g_rev) * 4
+        for g_rev in range(0, n_groups):
+            i = c * CHUNK + (n_groups - 1 - g_rev) * 4
             x0, x1, x2, x3 = _load_group(q, k, v, gk, gv, do, i, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V,
                                          f32, REVERSE, USE_GK, USE_GV, True)
-            b_s0 = tl.load(p_scratch + (GROUPS - 1 - g_rev) * BK * BV)
+            b_s0 = tl.load(p_scratch + (n_groups - 1 - g_rev) * BK * BV)
             b_s1 = _advance(b_s0, x0, USE_GK, USE_GV)
             b_s2 = _advance(b_s1, x1, USE_GK, USE_GV)
             b_s3 = _advance(b_s2, x2, USE_GK, USE_GV)
