@@ -37,7 +37,9 @@ import json
 import math
 import platform
 import statistics
+import os
 import subprocess
+import tempfile
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,6 +50,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import triton
 
 import workbench
 
@@ -141,8 +144,17 @@ def _recurrent_bytes(shape, dtype):
     return forward, forward + (inputs + o + state) + inputs
 
 
+def _torch_triton_cache() -> None:
+    """Peers launch Triton from torch, which needs `triton.knobs.cache.dir`; it is empty on some
+    machines (the GPU image this project benchmarks on), and then every launch fails."""
+    if not triton.knobs.cache.dir:
+        triton.knobs.cache.dir = os.environ.get("TRITON_CACHE_DIR") or tempfile.mkdtemp(prefix="triton-cache-")
+
+
 def _fla_fused_recurrent_gla(inputs, cotangents) -> PeerCalls:
     import torch
+
+    _torch_triton_cache()
     from fla.ops.gla import fused_recurrent_gla
 
     def to_torch(x, grad=False):
@@ -167,7 +179,9 @@ def _fla_fused_recurrent_gla(inputs, cotangents) -> PeerCalls:
 RECURRENT = OpBench(
     shape_sets={
         "target": (dict(B=8, T=4096, H=16, K=64, V=64),),  # the foundation issue's target
-        "sweep": tuple(dict(B=1, T=2 ** e, H=16, K=64, V=64) for e in range(10, 17)),
+        # 1k … 16k tokens: past that the reference's autodiff (every state stored) exceeds GPU memory,
+        # and the reference is what the errors are measured against.
+        "sweep": tuple(dict(B=1, T=2 ** e, H=16, K=64, V=64) for e in range(10, 15)),
         "tiny": (dict(B=1, T=16, H=2, K=8, V=8),),
     },
     cpu_shape_sets=("tiny",),
