@@ -35,12 +35,12 @@ import dataclasses
 import importlib
 import json
 import math
+import os
 import platform
 import statistics
-import os
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
