@@ -65,41 +65,41 @@ def _decay(b_s, b_gk, b_gv, USE_GK: tl.constexpr, USE_GV: tl.constexpr):
 
 @triton.jit
 def _load_row(q, k, v, gk, gv, do, t, ok, i_h, o_k, o_v, m_k, m_v,
-              H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, ACC: tl.constexpr,
+              H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
               USE_GK: tl.constexpr, USE_GV: tl.constexpr, USE_DO: tl.constexpr):
-    """Row t of q, k, v, the gates and (USE_DO) do, as ACC; zeros when `ok` is false."""
+    """Row t of q, k, v, the gates and (USE_DO) do, as float32; zeros when `ok` is false."""
     p_k = (t * H + i_h) * K  # scalar row offsets: the vector add is the pointer's own
     p_v = (t * H + i_h) * V
     m_kt = m_k & ok
     m_vt = m_v & ok
-    b_q = tl.load(q + p_k + o_k, mask=m_kt, other=0.0).to(ACC)
-    b_k = tl.load(k + p_k + o_k, mask=m_kt, other=0.0).to(ACC)
-    b_v = tl.load(v + p_v + o_v, mask=m_vt, other=0.0).to(ACC)
+    b_q = tl.load(q + p_k + o_k, mask=m_kt, other=0.0).to(tl.float32)
+    b_k = tl.load(k + p_k + o_k, mask=m_kt, other=0.0).to(tl.float32)
+    b_v = tl.load(v + p_v + o_v, mask=m_vt, other=0.0).to(tl.float32)
     b_gk = tl.zeros_like(b_k)
     b_gv = tl.zeros_like(b_v)
     b_do = tl.zeros_like(b_v)
     if USE_GK:
-        b_gk = tl.load(gk + p_k + o_k, mask=m_kt, other=0.0).to(ACC)
+        b_gk = tl.load(gk + p_k + o_k, mask=m_kt, other=0.0).to(tl.float32)
     if USE_GV:
-        b_gv = tl.load(gv + p_v + o_v, mask=m_vt, other=0.0).to(ACC)
+        b_gv = tl.load(gv + p_v + o_v, mask=m_vt, other=0.0).to(tl.float32)
     if USE_DO:
-        b_do = tl.load(do + p_v + o_v, mask=m_vt, other=0.0).to(ACC)
+        b_do = tl.load(do + p_v + o_v, mask=m_vt, other=0.0).to(tl.float32)
     return b_q, b_k, b_v, b_gk, b_gv, b_do
 
 
 @triton.jit
 def _load_group(q, k, v, gk, gv, do, i, n, bos, eos, i_h, o_k, o_v, m_k, m_v,
-                H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, ACC: tl.constexpr, REVERSE: tl.constexpr,
+                H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, REVERSE: tl.constexpr,
                 USE_GK: tl.constexpr, USE_GV: tl.constexpr, USE_DO: tl.constexpr):
     """Rows of steps i … i+3 (rows past the sequence load as zeros), all loads issued together."""
     x0 = _load_row(q, k, v, gk, gv, do, time_index(i, bos, eos, REVERSE), i < n, i_h, o_k, o_v, m_k, m_v,
-                   H, K, V, ACC, USE_GK, USE_GV, USE_DO)
+                   H, K, V, USE_GK, USE_GV, USE_DO)
     x1 = _load_row(q, k, v, gk, gv, do, time_index(i + 1, bos, eos, REVERSE), i + 1 < n, i_h, o_k, o_v, m_k,
-                   m_v, H, K, V, ACC, USE_GK, USE_GV, USE_DO)
+                   m_v, H, K, V, USE_GK, USE_GV, USE_DO)
     x2 = _load_row(q, k, v, gk, gv, do, time_index(i + 2, bos, eos, REVERSE), i + 2 < n, i_h, o_k, o_v, m_k,
-                   m_v, H, K, V, ACC, USE_GK, USE_GV, USE_DO)
+                   m_v, H, K, V, USE_GK, USE_GV, USE_DO)
     x3 = _load_row(q, k, v, gk, gv, do, time_index(i + 3, bos, eos, REVERSE), i + 3 < n, i_h, o_k, o_v, m_k,
-                   m_v, H, K, V, ACC, USE_GK, USE_GV, USE_DO)
+                   m_v, H, K, V, USE_GK, USE_GV, USE_DO)
     return x0, x1, x2, x3
 
 
@@ -143,16 +143,15 @@ def recurrent_fwd_kernel(
     m_h = m_k[:, None] & m_v[None, :]
     p_state = o_k[:, None] * V + o_v[None, :]
     p_ckpt = ckpt + ((bos // CHUNK + i_n) * H + i_h) * K * V + p_state  # checkpoint 0 of this sequence
-    f32: tl.constexpr = tl.float32
 
-    b_h = tl.load(h0 + i_nh * K * V + p_state, mask=m_h, other=0.0).to(f32)  # [BK, BV]
+    b_h = tl.load(h0 + i_nh * K * V + p_state, mask=m_h, other=0.0).to(tl.float32)  # [BK, BV]
     if SAVE:
         tl.store(p_ckpt, b_h, mask=m_h)
     # Software prefetch: the loads of group i+4 are in flight while group i is computed.
-    xs = _load_group(q, k, v, gk, gv, q, 0, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V, f32, REVERSE,
+    xs = _load_group(q, k, v, gk, gv, q, 0, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V, REVERSE,
                      USE_GK, USE_GV, False)
     for i in range(0, n, 4):
-        xs_next = _load_group(q, k, v, gk, gv, q, i + 4, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V, f32,
+        xs_next = _load_group(q, k, v, gk, gv, q, i + 4, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V,
                               REVERSE, USE_GK, USE_GV, False)
         x0, x1, x2, x3 = xs
         b_h = _fwd_step(b_h, x0, o, time_index(i, bos, eos, REVERSE), i < n, i_h, o_v, m_v, scale, H, V,
@@ -228,7 +227,6 @@ def recurrent_bwd_kernel(
     n = eos - bos
     HNK = H * tl.num_programs(0)
     i_hk = i_h * tl.num_programs(0) + i_k  # partial outputs interleave key blocks: [TT, H, NK, ·]
-    f32: tl.constexpr = tl.float32
     GROUPS: tl.constexpr = CHUNK // 4
 
     o_k = i_k * BK + tl.arange(0, BK)
@@ -240,7 +238,7 @@ def recurrent_bwd_kernel(
     p_scratch = (scratch + (i_k * tl.num_programs(1) + i_nh) * GROUPS * BK * BV
                  + tl.arange(0, BK)[:, None] * BV + o_v[None, :])
 
-    b_dh = tl.load(dht + i_nh * K * V + p_state, mask=m_h, other=0.0).to(f32)  # [BK, BV] dS_T
+    b_dh = tl.load(dht + i_nh * K * V + p_state, mask=m_h, other=0.0).to(tl.float32)  # [BK, BV] dS_T
     n_chunks = tl.cdiv(n, CHUNK)
     for c_rev in range(0, n_chunks):
         c = n_chunks - 1 - c_rev
@@ -251,7 +249,7 @@ def recurrent_bwd_kernel(
             i = c * CHUNK + g * 4
             tl.store(p_scratch + g * BK * BV, b_s)
             x0, x1, x2, x3 = _load_group(q, k, v, gk, gv, do, i, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V,
-                                         f32, REVERSE, USE_GK, USE_GV, False)
+                                         REVERSE, USE_GK, USE_GV, False)
             b_s = _advance(_advance(_advance(_advance(b_s, x0, USE_GK, USE_GV), x1, USE_GK, USE_GV),
                                     x2, USE_GK, USE_GV), x3, USE_GK, USE_GV)
         tl.debug_barrier()  # the parked states were written by other threads of this program
@@ -259,7 +257,7 @@ def recurrent_bwd_kernel(
         for g_rev in range(0, n_groups):
             i = c * CHUNK + (n_groups - 1 - g_rev) * 4
             x0, x1, x2, x3 = _load_group(q, k, v, gk, gv, do, i, n, bos, eos, i_h, o_k, o_v, m_k, m_v, H, K, V,
-                                         f32, REVERSE, USE_GK, USE_GV, True)
+                                         REVERSE, USE_GK, USE_GV, True)
             b_s0 = tl.load(p_scratch + (n_groups - 1 - g_rev) * BK * BV)
             b_s1 = _advance(b_s0, x0, USE_GK, USE_GV)
             b_s2 = _advance(b_s1, x1, USE_GK, USE_GV)
