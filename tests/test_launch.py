@@ -82,9 +82,8 @@ def _prune_small_blocks(configs, named_args, **_):
 AUTOTUNE_CONFIGS = [triton.Config({"BLOCK": b}) for b in (32, 64, 128)]
 
 
-@triton.autotune(configs=AUTOTUNE_CONFIGS, key=["n"])
 @triton.jit
-def tuned_add_kernel(x, y, out, pid_of, n: tl.constexpr, BLOCK: tl.constexpr):
+def _add_and_record_program(x, y, out, pid_of, n: tl.constexpr, BLOCK: tl.constexpr):
     """out = x + y; pid_of[i] = the program that wrote element i (reveals the BLOCK in use)."""
     i_p = tl.program_id(0)
     o_i = i_p * BLOCK + tl.arange(0, BLOCK)
@@ -93,18 +92,13 @@ def tuned_add_kernel(x, y, out, pid_of, n: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(pid_of + o_i, i_p + tl.zeros([BLOCK], tl.int32), mask=m_i)
 
 
-@triton.autotune(
+# Two autotuners over the same kernel: all configs, and configs pruned by size.
+tuned_add_kernel = triton.autotune(configs=AUTOTUNE_CONFIGS, key=["n"])(_add_and_record_program)
+pruned_add_kernel = triton.autotune(
     configs=[triton.Config({"BLOCK": b}) for b in (32, 64, 128)],
     key=["n"],
     prune_configs_by={"early_config_prune": _prune_small_blocks},
-)
-@triton.jit
-def pruned_add_kernel(x, y, out, pid_of, n: tl.constexpr, BLOCK: tl.constexpr):
-    i_p = tl.program_id(0)
-    o_i = i_p * BLOCK + tl.arange(0, BLOCK)
-    m_i = o_i < n
-    tl.store(out + o_i, tl.load(x + o_i, mask=m_i) + tl.load(y + o_i, mask=m_i), mask=m_i)
-    tl.store(pid_of + o_i, i_p + tl.zeros([BLOCK], tl.int32), mask=m_i)
+)(_add_and_record_program)
 
 
 @triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (32, 128)], key=["n"])
