@@ -1,9 +1,10 @@
 """workbench: attention and linear-attention kernels in Triton, each proven against a JAX reference.
 
-Public ops (see API.md): `recurrent`.
+Public ops (see API.md): `recurrent`, `flash_attention` (with `dropout_keep_mask`).
 """
 
 from . import _backend  # noqa: F401  (first: compiled vs interpreted Triton, before triton loads)
+from .flash_attention import dropout_keep_mask, flash_attention
 from .recurrent import recurrent
 
-__all__ = ["recurrent"]
+__all__ = ["recurrent", "flash_attention", "dropout_keep_mask"]

@@ -1,0 +1,235 @@
+"""Flash attention with every mask: `workbench.flash_attention` and `workbench.dropout_keep_mask`.
+
+    s_ij = scale · q_i·k_j (+ bias_ij),  s ← c·tanh(s / c) with softcap c,  masked entries −inf,
+    o_i = Σ_j softmax_j(s_i, sink) v_j,   lse_i = log(Σ_j exp s_ij + exp sink)
+
+Triton forward and backward kernels (`kernels.py`), the pure-JAX reference (`reference.py`), the
+dropout hash both share (`dropout.py`) and the derivation (`NOTES.md`). This module is the glue:
+validation, packing a batch as sequences, the custom VJP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import triton
+
+from .. import _checks
+from ..launch import absent, triton_call
+from . import kernels
+from ._validate import Static, validate
+from .dropout import dropout_keep_mask, dropout_seeds, dropout_threshold, keep_from_seeds
+from .reference import attention_ref
+
+__all__ = ["flash_attention", "dropout_keep_mask", "Tuning"]
+
+LOG2E = 1.4426950408889634
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    """Static choices of the Triton path that do not change the result.
+
+    backward: "triton" runs the backward kernels; "reference" runs `jax.vjp` of the reference
+        instead (on the same dropout mask), so the forward kernel can be tested alone.
+    """
+
+    backward: Literal["triton", "reference"] = "triton"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    spec: Static
+    varlen: bool
+    tuning: Tuning
+
+
+def flash_attention(q, k, v, *, causal=False, scale=None, sliding_window=None, softcap=None, sinks=None,
+                    bias=None, segment_ids=None, cu_seqlens_q=None, cu_seqlens_k=None, dropout_rate=0.0,
+                    dropout_key=None, return_lse=False, implementation=None, tuning: Tuning | None = None):
+    """Softmax attention computed tile by tile (online softmax), with its own backward.
+
+    Args:
+      q: `[B, Tq, H, D]`; k, v: `[B, Tk, Hkv, D]` with `H % Hkv == 0` (GQA/MQA); one float dtype;
+        any D ≤ 256 on the Triton path.
+      causal: keep `j − (Tk − Tq) ≤ i` (aligned bottom-right; per sequence with cu_seqlens).
+      scale: multiplies q·k; None means `D ** -0.5`.
+      sliding_window: `(left, right)` keeps `i − left ≤ j − (Tk − Tq) ≤ i + right`; an int w means
+        `(w, 0)` when causal, else `(w, w)`.
+      softcap: c > 0 maps each logit s to `c · tanh(s / c)` (after the bias).
+      sinks: `[H]` raw logits that join each row's softmax denominator and carry no value.
+      bias: `[B|1, H|1, Tq, Tk]` added to the scaled logits.
+      segment_ids: `(q_ids [B, Tq], kv_ids [B, Tk])` integer; a query sees keys with its id only.
+      cu_seqlens_q, cu_seqlens_k: int32 `[N+1]` bounds of packed sequences (B must be 1).
+      dropout_rate, dropout_key: dropout on the normalised probabilities, rescaled by 1/(1 − rate);
+        the keep-mask is `dropout_keep_mask(dropout_key, (B, H, Tq, Tk), dropout_rate)`.
+      return_lse: also return the log-sum-exp `[B, H, Tq]` float32 (natural log, sinks included).
+      implementation: None/"triton" (Triton kernels; interpreter on CPU) or "reference" (JAX).
+      tuning: static kernel choices (`Tuning`), for tests and bisecting.
+
+    Returns:
+      o `[B, Tq, H, D]` in q's dtype, or `(o, lse)` with return_lse. A row that sees no key has
+      o = 0, lse = −inf (or its sink) and zero gradients. Gradients flow to q, k, v, bias, sinks
+      (also from lse).
+
+    Example:
+      >>> import jax, workbench
+      >>> q, k, v = (jax.random.normal(jax.random.key(i), (1, 40, 2, 16)) for i in range(3))
+      >>> o, lse = workbench.flash_attention(q, k, v, causal=True, sliding_window=8, return_lse=True)
+      >>> o.shape, lse.shape
+      ((1, 40, 2, 16), (1, 2, 40))
+    """
+    impl = _checks.implementation_name(implementation)
+    spec = validate(q, k, v, causal=causal, scale=scale, sliding_window=sliding_window, softcap=softcap,
+                    sinks=sinks, bias=bias, segment_ids=segment_ids, cu_seqlens_q=cu_seqlens_q,
+                    cu_seqlens_k=cu_seqlens_k, dropout_rate=dropout_rate, dropout_key=dropout_key,
+                    return_lse=return_lse, impl=impl)
+    B, Tq, H, _ = q.shape
+    Tk = k.shape[1]
+    seeds = dropout_seeds(dropout_key) if spec.dropout_rate > 0 else None
+    q_seg, kv_seg = (None, None) if segment_ids is None else segment_ids
+    if impl == "reference":
+        mask = None if seeds is None else keep_from_seeds(seeds, (B, H, Tq, Tk), spec.dropout_rate)
+        o, lse = _reference(q, k, v, sinks, bias, q_seg, kv_seg, cu_seqlens_q, cu_seqlens_k, mask, spec)
+    else:
+        static = _Static(spec=spec, varlen=cu_seqlens_q is not None, tuning=tuning or Tuning())
+        if cu_seqlens_q is None:
+            cu_q = jnp.arange(B + 1, dtype=jnp.int32) * Tq
+            cu_k = jnp.arange(B + 1, dtype=jnp.int32) * Tk
+        else:
+            cu_q, cu_k = cu_seqlens_q.astype(jnp.int32), cu_seqlens_k.astype(jnp.int32)
+        o, lse = _flash(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static)
+    return (o, lse) if spec.return_lse else o
+
+
+def _reference(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, mask, spec: Static):
+    segments = None if q_seg is None else (q_seg, kv_seg)
+    return attention_ref(q, k, v, scale=spec.scale, causal=spec.causal, window=spec.window, softcap=spec.softcap,
+                         sinks=sinks, bias=bias, segment_ids=segments, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                         dropout_rate=spec.dropout_rate, dropout_mask=mask)
+
+
+# ----------------------------------------------------------------------------- kernel launches
+
+
+def _launch_args(q, k, sinks, bias, q_seg, kv_seg, seeds, static: _Static):
+    """Arrays and scalars every kernel takes after its own tensors, in kernel-argument order."""
+    spec = static.spec
+    B, Tq, H, D = q.shape
+    Tk, HKV = k.shape[1], k.shape[2]
+    if bias is not None:
+        Bb, Hb = bias.shape[:2]
+        bias_stride_b = 0 if Bb == 1 else Hb * Tq * Tk
+        bias_stride_h = 0 if Hb == 1 else Tq * Tk
+    else:
+        bias_stride_b = bias_stride_h = 0
+    flat = lambda x: absent() if x is None else x.reshape(-1).astype(jnp.int32)  # noqa: E731
+    window_left, window_right = spec.window if spec.window is not None else (0, 0)
+    arrays = dict(bias=absent() if bias is None else bias, q_seg=flat(q_seg), kv_seg=flat(kv_seg),
+                  sinks=absent() if sinks is None else sinks.astype(jnp.float32),
+                  seeds=(jnp.zeros((2,), jnp.int32) if seeds is None
+                         else jax.lax.bitcast_convert_type(seeds, jnp.int32)))
+    scalars = dict(scale=spec.scale, softcap=spec.softcap or 1.0, window_left=window_left,
+                   window_right=window_right, keep_threshold=dropout_threshold(spec.dropout_rate),
+                   inv_keep=1.0 / (1.0 - spec.dropout_rate), bias_stride_b=bias_stride_b,
+                   bias_stride_h=bias_stride_h, TQ_OUT=Tq, TK_OUT=Tk)
+    meta = dict(H=H, HKV=HKV, D=D, BD=max(16, triton.next_power_of_2(D)), CAUSAL=spec.causal,
+                WINDOW=spec.window is not None, SOFTCAP=spec.softcap is not None,
+                DROPOUT=spec.dropout_rate > 0, VARLEN=static.varlen, F32=q.dtype == jnp.float32)
+    return arrays, scalars, meta
+
+
+def _packed(x):
+    return x.reshape(1, x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _Static):
+    B, Tq, H, D = q.shape
+    N = cu_q.shape[0] - 1
+    arrays, scalars, meta = _launch_args(q, k, sinks, bias, q_seg, kv_seg, seeds, static)
+    o, lse = triton_call(
+        _packed(q), _packed(k), _packed(v), cu_q, cu_k, arrays["bias"], arrays["q_seg"], arrays["kv_seg"],
+        arrays["sinks"], arrays["seeds"],
+        kernel=kernels.flash_fwd_kernel,
+        out_shape=[jax.ShapeDtypeStruct((1, B * Tq, H, D), q.dtype), jax.ShapeDtypeStruct((B, H, Tq), jnp.float32)],
+        grid=lambda m: (triton.cdiv(B * Tq if static.varlen else Tq, m["BM"]), N * H),
+        name="workbench_flash_fwd", **scalars, **meta,
+    )
+    return o.reshape(q.shape), lse
+
+
+def _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse, do, dlse, static: _Static):
+    """(fa.5–fa.10) Gradients of q, k, v, sinks, bias."""
+    B, Tq, H, D = q.shape
+    Tk, HKV = k.shape[1], k.shape[2]
+    N = cu_q.shape[0] - 1
+    f32 = jnp.float32
+    # (fa.5) Delta_i = rowsum(dO ∘ O); an lse cotangent shifts it: Delta − dlse
+    delta = jnp.einsum("bthd,bthd->bht", o.astype(f32), do.astype(f32)) - dlse.astype(f32)
+    lse2 = jnp.where(lse == -jnp.inf, jnp.inf, lse * LOG2E)  # (fa.10) a row that saw nothing: P = 0
+    arrays, scalars, meta = _launch_args(q, k, sinks, bias, q_seg, kv_seg, seeds, static)
+    tensors = (_packed(q), _packed(k), _packed(v), _packed(do.astype(q.dtype)), lse2, delta, cu_q, cu_k,
+               arrays["bias"], arrays["q_seg"], arrays["kv_seg"], arrays["seeds"])
+    dk, dv = triton_call(
+        *tensors, kernel=kernels.flash_bwd_dkdv_kernel,
+        out_shape=[jax.ShapeDtypeStruct((1, B * Tk, HKV, D), k.dtype)] * 2,
+        grid=lambda m: (triton.cdiv(B * Tk if static.varlen else Tk, m["BN"]), N * HKV),
+        name="workbench_flash_bwd_dkdv", **scalars, **meta,
+    )
+    dbias_shape = (B, H, Tq, Tk) if bias is not None else (0,)
+    dq, dbias = triton_call(
+        *tensors, kernel=kernels.flash_bwd_dq_kernel,
+        out_shape=[jax.ShapeDtypeStruct((1, B * Tq, H, D), q.dtype), jax.ShapeDtypeStruct(dbias_shape, f32)],
+        grid=lambda m: (triton.cdiv(B * Tq if static.varlen else Tq, m["BM"]), N * H),
+        zeroed_outputs=(1,), name="workbench_flash_bwd_dq", **scalars, **meta,
+    )
+    dsinks = None
+    if sinks is not None:  # (fa.7) dsink_h = −Σ_{b,i} exp(sink_h − lse) (Delta − dlse)
+        p_sink = jnp.where(lse == -jnp.inf, 0.0, jnp.exp(sinks.astype(f32)[None, :, None] - lse))
+        dsinks = -(p_sink * delta).sum((0, 2)).astype(sinks.dtype)
+    if bias is not None:  # (fa.8) summed over the dimensions the bias broadcasts
+        axes = tuple(a for a in (0, 1) if bias.shape[a] == 1 and dbias.shape[a] != 1)
+        dbias = dbias.sum(axes, keepdims=True).astype(bias.dtype)
+    else:
+        dbias = None
+    return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape), dsinks, dbias
+
+
+# ----------------------------------------------------------------------------- custom VJP
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(10,))
+def _flash(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _Static):
+    return _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static)
+
+
+def _flash_fwd(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _Static):
+    o, lse = _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static)
+    return (o, lse), (q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse)
+
+
+def _flash_bwd(static: _Static, residuals, cotangents):
+    q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse = residuals
+    do, dlse = cotangents
+    if static.tuning.backward == "reference":
+        B, Tq, H, _ = q.shape
+        mask = (None if seeds is None
+                else keep_from_seeds(seeds, (B, H, Tq, k.shape[1]), static.spec.dropout_rate))
+        cu_ref = (cu_q, cu_k) if static.varlen else (None, None)
+
+        def reference(q, k, v, sinks, bias):
+            return _reference(q, k, v, sinks, bias, q_seg, kv_seg, *cu_ref, mask, static.spec)
+
+        _, vjp = jax.vjp(reference, q, k, v, sinks, bias)
+        dq, dk, dv, dsinks, dbias = vjp((do, dlse))
+    else:
+        dq, dk, dv, dsinks, dbias = _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse,
+                                              do, dlse, static)
+    return dq, dk, dv, dsinks, dbias, None, None, None, None, None
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)

@@ -1,0 +1,595 @@
+"""Flash attention in Triton: the forward (online softmax, NOTES.md fa.2/fa.4) and the backward as
+two passes over the same tiles — one per key block for dK, dV (fa.5, fa.9), one per query block for
+dQ and the bias gradient (fa.5, fa.8).
+
+Every kernel sees packed sequences (`tl_helpers`): q `[1, TQ, H, D]`, k and v `[1, TK, HKV, D]`,
+sequence n owning rows `cu_q[n] … cu_q[n+1]` and keys `cu_k[n] … cu_k[n+1]`. Inside a sequence
+positions are local (i, j from 0) and the causal and window masks are aligned bottom-right through
+off = Lk − Lq. Arrays that keep the caller's `[B, H, Tq]` / `[B, H, Tq, Tk]` layout (lse, Delta,
+bias, its gradient, the dropout counters) are addressed by (b, row0 + i, col0 + j): b = n and
+row0 = col0 = 0 for a fixed batch; b = 0 and row0, col0 = the sequence's packed start with
+`cu_seqlens` (VARLEN).
+
+Tiles of the score matrix are visited in three ranges (`key_tiles`, `query_tiles`): the tiles no
+mask touches run without computing one; the tiles a mask cuts run with it; the tiles a mask
+removes entirely are never visited. Feature flags (CAUSAL, WINDOW, SOFTCAP, DROPOUT, and the
+optional bias, segment ids and sinks found with `given`) each remove work when off, so a plain
+causal or non-causal call compiles to the bare kernel; they are many for one kernel (STYLE.md asks
+for three), but splitting them into kernels would copy the online softmax once per combination.
+"""
+
+import triton
+import triton.language as tl
+
+from ..launch import given
+from ..tl_helpers import LOG2E, sequence_bounds, tanh
+
+LN2 = tl.constexpr(0.6931471805599453)
+# Multipliers of the dropout hash (dropout.py states it): murmur3's fmix32 and two odd constants.
+FMIX_1 = tl.constexpr(0x85EBCA6B)
+FMIX_2 = tl.constexpr(0xC2B2AE35)
+ROW_MUL = tl.constexpr(0x9E3779B1)
+COL_MUL = tl.constexpr(0x85EBCA77)
+
+
+# ----------------------------------------------------------------------------- tile helpers
+
+
+@triton.jit
+def _u32(c: tl.constexpr):
+    """A uint32 constant (a literal ≥ 2³¹ would be typed int64 and the products would not wrap)."""
+    return tl.full([], c, tl.uint32)
+
+
+@triton.jit
+def _fmix32(x):
+    x ^= x >> 16
+    x *= _u32(FMIX_1)
+    x ^= x >> 13
+    x *= _u32(FMIX_2)
+    x ^= x >> 16
+    return x
+
+
+@triton.jit
+def dropout_keep(seeds, row, col, threshold):
+    """(fa.11) Keep-mask of the counters row [R, 1] / col [1, C] (broadcastable), as dropout.py."""
+    s0 = tl.load(seeds).to(tl.uint32, bitcast=True)
+    s1 = tl.load(seeds + 1).to(tl.uint32, bitcast=True)
+    r = _fmix32(row.to(tl.uint32) * _u32(ROW_MUL) + s0)
+    u = _fmix32(r ^ (col.to(tl.uint32) * _u32(COL_MUL) + s1))
+    return (u >> 8).to(tl.int32) >= threshold
+
+
+@triton.jit
+def load_rows(ptrs, o_row, L, o_d, D: tl.constexpr, BD: tl.constexpr, CHECK_ROWS: tl.constexpr):
+    """Load a [rows, BD] tile; masks only what can be out of bounds (rows past L, columns past D)."""
+    if CHECK_ROWS:
+        if BD == D:
+            x = tl.load(ptrs, mask=(o_row < L)[:, None], other=0.0)
+        else:
+            x = tl.load(ptrs, mask=(o_row < L)[:, None] & (o_d < D)[None, :], other=0.0)
+    else:
+        if BD == D:
+            x = tl.load(ptrs)
+        else:
+            x = tl.load(ptrs, mask=(o_d < D)[None, :], other=0.0)
+    return x
+
+
+@triton.jit
+def visible(i, j, Lk, off, window_left, window_right, q_seg, kv_seg,
+            CAUSAL: tl.constexpr, WINDOW: tl.constexpr, HAS_SEGMENTS: tl.constexpr):
+    """(fa.1) Which (i, j) a query sees: local positions i, j broadcastable to the tile, keys past Lk
+    never; causal j − off ≤ i; window i − left ≤ j − off ≤ i + right; equal segment ids."""
+    d = j - off - i
+    m = j < Lk
+    if CAUSAL:
+        m = m & (d <= 0)
+    if WINDOW:
+        m = m & (d >= -window_left) & (d <= window_right)
+    if HAS_SEGMENTS:
+        m = m & (q_seg == kv_seg)
+    return m
+
+
+@triton.jit
+def key_tiles(m0, Lk, off, window_left, window_right, BM: tl.constexpr, BN: tl.constexpr,
+              CAUSAL: tl.constexpr, WINDOW: tl.constexpr, HAS_SEGMENTS: tl.constexpr):
+    """Key tiles for query rows [m0, m0 + BM): [lo, a) masked, [a, b) unmasked, [b, hi) masked.
+
+    Row i sees keys j ≤ i + off (causal), i + off − left ≤ j ≤ i + off + right (window), j < Lk.
+    A tile is unmasked when every row of the block sees all of it.
+    """
+    lo = 0
+    hi = Lk
+    full_lo = 0
+    full_hi = Lk
+    if CAUSAL:
+        hi = tl.minimum(hi, m0 + BM + off)
+        full_hi = tl.minimum(full_hi, m0 + off + 1)
+    if WINDOW:
+        hi = tl.minimum(hi, m0 + BM + off + window_right)
+        full_hi = tl.minimum(full_hi, m0 + off + window_right + 1)
+        lo = tl.maximum(lo, m0 + off - window_left)
+        full_lo = tl.maximum(full_lo, m0 + BM - 1 + off - window_left)
+    lo = (lo // BN) * BN  # lo ≥ 0: floor division of non-negative integers
+    a = tl.minimum(tl.maximum(tl.cdiv(full_lo, BN) * BN, lo), hi)
+    b = tl.minimum(tl.maximum((tl.maximum(full_hi, 0) // BN) * BN, a), hi)
+    if HAS_SEGMENTS:  # segment ids can cut any tile
+        a = lo
+        b = lo
+    return lo, a, b, hi
+
+
+@triton.jit
+def query_tiles(n0, Lq, off, window_left, window_right, BM: tl.constexpr, BN: tl.constexpr,
+                CAUSAL: tl.constexpr, WINDOW: tl.constexpr, HAS_SEGMENTS: tl.constexpr):
+    """Query tiles for key columns [n0, n0 + BN): [lo, a) masked, [a, b) unmasked, [b, hi) masked.
+
+    Key j is seen by rows i ≥ j − off (causal) and j − off − right ≤ i ≤ j − off + left (window).
+    Rows past Lq need no mask here: their q and dO load as 0 and their lse as +inf, so P = 0.
+    """
+    lo = 0
+    hi = Lq
+    full_lo = 0
+    full_hi = Lq
+    if CAUSAL:
+        lo = tl.maximum(lo, n0 - off)
+        full_lo = tl.maximum(full_lo, n0 + BN - 1 - off)
+    if WINDOW:
+        lo = tl.maximum(lo, n0 - off - window_right)
+        full_lo = tl.maximum(full_lo, n0 + BN - 1 - off - window_right)
+        hi = tl.minimum(hi, n0 + BN - off + window_left)
+        full_hi = tl.minimum(full_hi, n0 - off + window_left + 1)
+    else:
+        full_hi = tl.cdiv(full_hi, BM) * BM  # a ragged last tile needs no mask (see above)
+    lo = (lo // BM) * BM
+    a = tl.minimum(tl.maximum(tl.cdiv(full_lo, BM) * BM, lo), tl.maximum(hi, lo))
+    b = tl.minimum(tl.maximum((tl.maximum(full_hi, 0) // BM) * BM, a), tl.maximum(hi, a))
+    if HAS_SEGMENTS:
+        a = lo
+        b = lo
+    return lo, a, b, hi
+
+
+@triton.jit
+def scores(b_qk, b_bias, scale, softcap, HAS_BIAS: tl.constexpr, SOFTCAP: tl.constexpr):
+    """(fa.1) Base-2 logits s·log2 e from q·kᵀ, and t = tanh(s_raw / c) for the softcap's Jacobian."""
+    if HAS_BIAS or SOFTCAP:
+        s = b_qk * scale
+        if HAS_BIAS:
+            s += b_bias
+        if SOFTCAP:
+            t = tanh(s / softcap)
+            s = softcap * t
+        else:
+            t = s
+        s2 = s * LOG2E
+    else:
+        s2 = b_qk * (scale * LOG2E)
+        t = s2
+    return s2, t
+
+
+# ----------------------------------------------------------------------------- forward
+
+
+@triton.jit
+def _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, lo, hi, Lk, off, b_bias_base, b_sq,
+               kv_seg_base, seeds, drop_row, drop_col0, keep_threshold,
+               scale, softcap, window_left, window_right,
+               HKV: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr,
+               MASKED: tl.constexpr, F32: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+               SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr,
+               HAS_SEGMENTS: tl.constexpr):
+    """(fa.2) Online softmax over key tiles [lo, hi): running max m_i, sum l_i and acc = Σ p v."""
+    o_d = tl.arange(0, BD)
+    for j0 in range(lo, hi, BN):
+        o_j = j0 + tl.arange(0, BN)
+        b_k = load_rows(k_base + o_j[:, None] * (HKV * D) + o_d[None, :], o_j, Lk, o_d, D, BD, MASKED)  # [BN, BD]
+        if F32:
+            b_qk = tl.dot(b_q, tl.trans(b_k), input_precision="ieee")  # [BM, BN]
+        else:
+            b_qk = tl.dot(b_q, tl.trans(b_k))
+        b_bias = 0.0
+        if HAS_BIAS:
+            b_bias = tl.load(b_bias_base + o_j[None, :], mask=o_j[None, :] < Lk, other=0.0).to(tl.float32)
+        b_s2, _ = scores(b_qk, b_bias, scale, softcap, HAS_BIAS, SOFTCAP)
+        if MASKED:
+            b_sk = 0
+            if HAS_SEGMENTS:
+                b_sk = tl.load(kv_seg_base + o_j, mask=o_j < Lk, other=0)[None, :]
+            m = visible(o_i[:, None], o_j[None, :], Lk, off, window_left, window_right, b_sq, b_sk,
+                        CAUSAL, WINDOW, HAS_SEGMENTS)
+            b_s2 = tl.where(m, b_s2, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(b_s2, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen so far
+        else:
+            m_new = tl.maximum(m_i, tl.max(b_s2, 1))
+            m_use = m_new
+        b_p = tl.exp2(b_s2 - m_use[:, None])  # [BM, BN]
+        alpha = tl.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(b_p, 1)
+        if DROPOUT:
+            keep = dropout_keep(seeds, drop_row[:, None], drop_col0 + o_j[None, :], keep_threshold)
+            b_p = tl.where(keep, b_p, 0.0)
+        acc = acc * alpha[:, None]
+        b_v = load_rows(v_base + o_j[:, None] * (HKV * D) + o_d[None, :], o_j, Lk, o_d, D, BD, MASKED)  # [BN, BD]
+        if F32:
+            acc = tl.dot(b_p, b_v, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(b_p.to(b_v.dtype), b_v, acc)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+FWD_CONFIGS = [
+    triton.Config({"BM": BM, "BN": BN}, num_warps=w, num_stages=s)
+    for BM, BN, w, s in [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3),
+                         (128, 32, 4, 4), (64, 32, 4, 3)]
+]
+
+
+def _head_block(named_args) -> int:
+    """BD of a launch, from q's head dim (autotuners hand prune functions the arrays, not constexprs)."""
+    return max(16, triton.next_power_of_2(named_args["q"].shape[-1]))
+
+
+def _prune_fwd(configs, named_args, **kwargs):
+    """Large head dims leave no shared memory or registers for 128-row tiles."""
+    BD = _head_block(named_args)
+    kept = [c for c in configs if c.kwargs["BM"] * BD <= 128 * 128 and c.kwargs["BN"] * BD <= 64 * 256]
+    return kept or configs[-1:]
+
+
+@triton.autotune(configs=FWD_CONFIGS, key=["H", "HKV", "D", "CAUSAL", "WINDOW", "SOFTCAP", "DROPOUT", "F32"],
+                 prune_configs_by={"early_config_prune": _prune_fwd})
+@triton.heuristics({"HAS_BIAS": given("bias"), "HAS_SEGMENTS": given("q_seg"), "HAS_SINKS": given("sinks")})
+@triton.jit
+def flash_fwd_kernel(q, k, v, cu_q, cu_k, bias, q_seg, kv_seg, sinks, seeds,
+                     o, lse,
+                     scale, softcap, window_left, window_right, keep_threshold, inv_keep,
+                     bias_stride_b, bias_stride_h, TQ_OUT, TK_OUT,
+                     H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BD: tl.constexpr,
+                     CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+                     DROPOUT: tl.constexpr, VARLEN: tl.constexpr, F32: tl.constexpr,
+                     HAS_BIAS: tl.constexpr, HAS_SEGMENTS: tl.constexpr, HAS_SINKS: tl.constexpr,
+                     BM: tl.constexpr, BN: tl.constexpr):
+    """o and lse for query rows [i_m·BM, i_m·BM + BM) of one (sequence, head)."""
+    i_m, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_h = i_nh // H, i_nh % H
+    i_hk = i_h // (H // HKV)
+    bos_q, eos_q = sequence_bounds(cu_q, i_n)
+    bos_k, eos_k = sequence_bounds(cu_k, i_n)
+    Lq, Lk = eos_q - bos_q, eos_k - bos_k
+    m0 = i_m * BM
+    if m0 >= Lq:
+        return
+    off = Lk - Lq
+    if VARLEN:
+        i_b, row0, col0 = 0, bos_q, bos_k
+    else:
+        i_b, row0, col0 = i_n, bos_q * 0, bos_k * 0
+
+    o_i = m0 + tl.arange(0, BM)
+    o_d = tl.arange(0, BD)
+    q_base = q + (bos_q * H + i_h) * D
+    b_q = load_rows(q_base + o_i[:, None] * (H * D) + o_d[None, :], o_i, Lq, o_d, D, BD, True)  # [BM, BD]
+    k_base = k + (bos_k * HKV + i_hk) * D
+    v_base = v + (bos_k * HKV + i_hk) * D
+
+    b_bias_base = bias
+    if HAS_BIAS:
+        b_bias_base = (bias + i_b * bias_stride_b + i_h * bias_stride_h
+                       + (row0 + o_i[:, None]).to(tl.int64) * TK_OUT + col0)
+    b_sq = 0
+    if HAS_SEGMENTS:
+        b_sq = tl.load(q_seg + bos_q + o_i, mask=o_i < Lq, other=0)[:, None]
+    drop_row = (i_b * H + i_h) * TQ_OUT + row0 + o_i  # (fa.11) counters of dropout.py
+
+    if HAS_SINKS:  # (fa.1) the sink joins the denominator as a logit with no value
+        sink2 = tl.load(sinks + i_h).to(tl.float32) * LOG2E
+        m_i = tl.zeros([BM], tl.float32) + sink2
+        l_i = tl.where(m_i == float("-inf"), 0.0, 1.0)
+    else:
+        m_i = tl.full([BM], float("-inf"), tl.float32)
+        l_i = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, BD], tl.float32)
+
+    lo, a, b, hi = key_tiles(m0, Lk, off, window_left, window_right, BM, BN, CAUSAL, WINDOW, HAS_SEGMENTS)
+    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, lo, a, Lk, off, b_bias_base, b_sq,
+                               kv_seg + bos_k, seeds, drop_row, col0, keep_threshold,
+                               scale, softcap, window_left, window_right, HKV, D, BD, BN, True, F32,
+                               CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
+    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, a, b, Lk, off, b_bias_base, b_sq,
+                               kv_seg + bos_k, seeds, drop_row, col0, keep_threshold,
+                               scale, softcap, window_left, window_right, HKV, D, BD, BN, False, F32,
+                               CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
+    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, b, hi, Lk, off, b_bias_base, b_sq,
+                               kv_seg + bos_k, seeds, drop_row, col0, keep_threshold,
+                               scale, softcap, window_left, window_right, HKV, D, BD, BN, True, F32,
+                               CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
+
+    # (fa.10) a row that saw nothing has l = 0: o = 0 and lse = −inf
+    l_safe = tl.where(l_i > 0.0, l_i, 1.0)
+    b_o = acc * (inv_keep / l_safe)[:, None]
+    b_lse = (m_i + tl.log2(l_i)) * LN2  # (fa.4)
+    p_o = o + (bos_q * H + i_h) * D + o_i[:, None] * (H * D) + o_d[None, :]
+    if BD == D:
+        tl.store(p_o, b_o.to(o.dtype.element_ty), mask=(o_i < Lq)[:, None])
+    else:
+        tl.store(p_o, b_o.to(o.dtype.element_ty), mask=(o_i < Lq)[:, None] & (o_d < D)[None, :])
+    tl.store(lse + (i_b * H + i_h) * TQ_OUT + row0 + o_i, b_lse, mask=o_i < Lq)
+
+
+# ----------------------------------------------------------------------------- backward: dK, dV
+
+
+@triton.jit
+def _dkdv_tiles(b_dk, b_dv, b_k, b_v, q_base, do_base, lse2_base, delta_base, o_j, lo, hi, Lq, Lk, off,
+                bias_base, b_sk, q_seg_base, seeds, drop_row0, drop_col, keep_threshold, inv_keep,
+                scale, softcap, window_left, window_right, TK_OUT,
+                H: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, BM: tl.constexpr,
+                MASKED: tl.constexpr, F32: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+                SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                HAS_SEGMENTS: tl.constexpr):
+    """(fa.5) dV += P_dᵀ dO and dK += dSᵀ Q over query tiles [lo, hi), in the transposed tile Sᵀ [BN, BM]."""
+    o_d = tl.arange(0, BD)
+    for i0 in range(lo, hi, BM):
+        o_i = i0 + tl.arange(0, BM)
+        b_q = load_rows(q_base + o_i[:, None] * (H * D) + o_d[None, :], o_i, Lq, o_d, D, BD, True)  # [BM, BD]
+        b_do = load_rows(do_base + o_i[:, None] * (H * D) + o_d[None, :], o_i, Lq, o_d, D, BD, True)  # [BM, BD]
+        b_lse2 = tl.load(lse2_base + o_i, mask=o_i < Lq, other=float("inf"))  # [BM]
+        b_delta = tl.load(delta_base + o_i, mask=o_i < Lq, other=0.0)  # [BM]
+        if F32:
+            b_qkT = tl.dot(b_k, tl.trans(b_q), input_precision="ieee")  # [BN, BM]
+        else:
+            b_qkT = tl.dot(b_k, tl.trans(b_q))
+        b_bias = 0.0
+        if HAS_BIAS:
+            b_bias = tl.load(bias_base + o_i[None, :].to(tl.int64) * TK_OUT,
+                             mask=(o_i[None, :] < Lq) & (o_j[:, None] < Lk), other=0.0).to(tl.float32)
+        b_s2, b_t = scores(b_qkT, b_bias, scale, softcap, HAS_BIAS, SOFTCAP)
+        b_pT = tl.exp2(b_s2 - b_lse2[None, :])  # [BN, BM]
+        if MASKED:
+            b_sq = 0
+            if HAS_SEGMENTS:
+                b_sq = tl.load(q_seg_base + o_i, mask=o_i < Lq, other=0)[None, :]
+            m = visible(o_i[None, :], o_j[:, None], Lk, off, window_left, window_right, b_sq, b_sk,
+                        CAUSAL, WINDOW, HAS_SEGMENTS)
+            b_pT = tl.where(m, b_pT, 0.0)
+        if F32:
+            b_dpT = tl.dot(b_v, tl.trans(b_do), input_precision="ieee")  # [BN, BM]
+        else:
+            b_dpT = tl.dot(b_v, tl.trans(b_do))
+        if DROPOUT:  # (fa.11)
+            keep = dropout_keep(seeds, drop_row0 + o_i[None, :], drop_col, keep_threshold)
+            b_pdT = tl.where(keep, b_pT * inv_keep, 0.0)
+            b_dpT = tl.where(keep, b_dpT * inv_keep, 0.0)
+        else:
+            b_pdT = b_pT
+        b_dsT = b_pT * (b_dpT - b_delta[None, :])  # (fa.5)
+        if SOFTCAP:
+            b_dsT = b_dsT * (1.0 - b_t * b_t)  # (fa.6)
+        if F32:
+            b_dv = tl.dot(b_pdT, b_do, b_dv, input_precision="ieee")
+            b_dk = tl.dot(b_dsT, b_q, b_dk, input_precision="ieee")
+        else:
+            b_dv = tl.dot(b_pdT.to(b_do.dtype), b_do, b_dv)
+            b_dk = tl.dot(b_dsT.to(b_q.dtype), b_q, b_dk)
+    return b_dk, b_dv
+
+
+DKDV_CONFIGS = [
+    triton.Config({"BM": BM, "BN": BN}, num_warps=w, num_stages=s)
+    for BM, BN, w, s in [(64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3), (64, 128, 8, 2), (32, 64, 4, 3)]
+]
+
+
+def _prune_bwd(configs, named_args, **kwargs):
+    BD = _head_block(named_args)
+    kept = [c for c in configs if c.kwargs["BM"] * BD <= 64 * 128 * 2 and c.kwargs["BN"] * BD <= 128 * 128
+            and (BD <= 128 or c.kwargs["BM"] * c.kwargs["BN"] <= 64 * 64)]
+    return kept or configs[-1:]
+
+
+@triton.autotune(configs=DKDV_CONFIGS, key=["H", "HKV", "D", "CAUSAL", "WINDOW", "SOFTCAP", "DROPOUT", "F32"],
+                 prune_configs_by={"early_config_prune": _prune_bwd})
+@triton.heuristics({"HAS_BIAS": given("bias"), "HAS_SEGMENTS": given("q_seg")})
+@triton.jit
+def flash_bwd_dkdv_kernel(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, kv_seg, seeds,
+                          dk, dv,
+                          scale, softcap, window_left, window_right, keep_threshold, inv_keep,
+                          bias_stride_b, bias_stride_h, TQ_OUT, TK_OUT,
+                          H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BD: tl.constexpr,
+                          CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+                          DROPOUT: tl.constexpr, VARLEN: tl.constexpr, F32: tl.constexpr,
+                          HAS_BIAS: tl.constexpr, HAS_SEGMENTS: tl.constexpr,
+                          BM: tl.constexpr, BN: tl.constexpr):
+    """dK, dV of key rows [i_j·BN, i_j·BN + BN) of one (sequence, kv head), summed over its query group (fa.9)."""
+    i_j, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_hk = i_nh // HKV, i_nh % HKV
+    G: tl.constexpr = H // HKV
+    bos_q, eos_q = sequence_bounds(cu_q, i_n)
+    bos_k, eos_k = sequence_bounds(cu_k, i_n)
+    Lq, Lk = eos_q - bos_q, eos_k - bos_k
+    n0 = i_j * BN
+    if n0 >= Lk:
+        return
+    off = Lk - Lq
+    if VARLEN:
+        i_b, row0, col0 = 0, bos_q, bos_k
+    else:
+        i_b, row0, col0 = i_n, bos_q * 0, bos_k * 0
+
+    o_j = n0 + tl.arange(0, BN)
+    o_d = tl.arange(0, BD)
+    kv_off = (bos_k * HKV + i_hk) * D + o_j[:, None] * (HKV * D) + o_d[None, :]
+    b_k = load_rows(k + kv_off, o_j, Lk, o_d, D, BD, True)  # [BN, BD]
+    b_v = load_rows(v + kv_off, o_j, Lk, o_d, D, BD, True)  # [BN, BD]
+    b_sk = 0
+    if HAS_SEGMENTS:
+        b_sk = tl.load(kv_seg + bos_k + o_j, mask=o_j < Lk, other=0)[:, None]
+    b_dk = tl.zeros([BN, BD], tl.float32)
+    b_dv = tl.zeros([BN, BD], tl.float32)
+
+    lo, a, b, hi = query_tiles(n0, Lq, off, window_left, window_right, BM, BN, CAUSAL, WINDOW, HAS_SEGMENTS)
+    for i_g in range(G):  # (fa.9) every query head of the group adds into this kv head's gradients
+        i_h = i_hk * G + i_g
+        q_base = q + (bos_q * H + i_h) * D
+        do_base = do + (bos_q * H + i_h) * D
+        stats = (i_b * H + i_h) * TQ_OUT + row0
+        bias_base = bias
+        if HAS_BIAS:
+            bias_base = bias + i_b * bias_stride_b + i_h * bias_stride_h + row0.to(tl.int64) * TK_OUT + col0 + o_j[:, None]
+        drop_row0 = (i_b * H + i_h) * TQ_OUT + row0
+        drop_col = col0 + o_j[:, None]
+        b_dk, b_dv = _dkdv_tiles(b_dk, b_dv, b_k, b_v, q_base, do_base, lse2 + stats, delta + stats, o_j, lo, a,
+                                 Lq, Lk, off, bias_base, b_sk, q_seg + bos_q, seeds, drop_row0, drop_col,
+                                 keep_threshold, inv_keep, scale, softcap, window_left, window_right, TK_OUT,
+                                 H, D, BD, BM, True, F32, CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
+        b_dk, b_dv = _dkdv_tiles(b_dk, b_dv, b_k, b_v, q_base, do_base, lse2 + stats, delta + stats, o_j, a, b,
+                                 Lq, Lk, off, bias_base, b_sk, q_seg + bos_q, seeds, drop_row0, drop_col,
+                                 keep_threshold, inv_keep, scale, softcap, window_left, window_right, TK_OUT,
+                                 H, D, BD, BM, False, F32, CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
+        b_dk, b_dv = _dkdv_tiles(b_dk, b_dv, b_k, b_v, q_base, do_base, lse2 + stats, delta + stats, o_j, b, hi,
+                                 Lq, Lk, off, bias_base, b_sk, q_seg + bos_q, seeds, drop_row0, drop_col,
+                                 keep_threshold, inv_keep, scale, softcap, window_left, window_right, TK_OUT,
+                                 H, D, BD, BM, True, F32, CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
+    b_dk = b_dk * scale  # (fa.5) dK = scale · dSᵀ Q
+    m_store = (o_j < Lk)[:, None]
+    if BD != D:
+        m_store = m_store & (o_d < D)[None, :]
+    tl.store(dk + kv_off, b_dk.to(dk.dtype.element_ty), mask=m_store)
+    tl.store(dv + kv_off, b_dv.to(dv.dtype.element_ty), mask=m_store)
+
+
+# ----------------------------------------------------------------------------- backward: dQ (and dbias)
+
+
+@triton.jit
+def _dq_tiles(b_dq, b_q, b_do, b_lse2, b_delta, k_base, v_base, o_i, lo, hi, Lq, Lk, off, bias_base,
+              dbias_base, b_sq, kv_seg_base, seeds, drop_row, drop_col0, keep_threshold, inv_keep,
+              scale, softcap, window_left, window_right,
+              HKV: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr,
+              MASKED: tl.constexpr, F32: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+              SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr,
+              HAS_SEGMENTS: tl.constexpr):
+    """(fa.5) dQ += dS K over key tiles [lo, hi); the bias gradient dS_raw is stored tile by tile (fa.8)."""
+    o_d = tl.arange(0, BD)
+    for j0 in range(lo, hi, BN):
+        o_j = j0 + tl.arange(0, BN)
+        b_k = load_rows(k_base + o_j[:, None] * (HKV * D) + o_d[None, :], o_j, Lk, o_d, D, BD, MASKED)  # [BN, BD]
+        b_v = load_rows(v_base + o_j[:, None] * (HKV * D) + o_d[None, :], o_j, Lk, o_d, D, BD, MASKED)  # [BN, BD]
+        if F32:
+            b_qk = tl.dot(b_q, tl.trans(b_k), input_precision="ieee")  # [BM, BN]
+        else:
+            b_qk = tl.dot(b_q, tl.trans(b_k))
+        b_bias = 0.0
+        if HAS_BIAS:
+            b_bias = tl.load(bias_base + o_j[None, :], mask=(o_i[:, None] < Lq) & (o_j[None, :] < Lk),
+                             other=0.0).to(tl.float32)
+        b_s2, b_t = scores(b_qk, b_bias, scale, softcap, HAS_BIAS, SOFTCAP)
+        b_p = tl.exp2(b_s2 - b_lse2[:, None])  # [BM, BN]
+        if MASKED:
+            b_sk = 0
+            if HAS_SEGMENTS:
+                b_sk = tl.load(kv_seg_base + o_j, mask=o_j < Lk, other=0)[None, :]
+            m = visible(o_i[:, None], o_j[None, :], Lk, off, window_left, window_right, b_sq, b_sk,
+                        CAUSAL, WINDOW, HAS_SEGMENTS)
+            b_p = tl.where(m, b_p, 0.0)
+        if F32:
+            b_dp = tl.dot(b_do, tl.trans(b_v), input_precision="ieee")  # [BM, BN]
+        else:
+            b_dp = tl.dot(b_do, tl.trans(b_v))
+        if DROPOUT:  # (fa.11)
+            keep = dropout_keep(seeds, drop_row[:, None], drop_col0 + o_j[None, :], keep_threshold)
+            b_dp = tl.where(keep, b_dp * inv_keep, 0.0)
+        b_ds = b_p * (b_dp - b_delta[:, None])  # (fa.5)
+        if SOFTCAP:
+            b_ds = b_ds * (1.0 - b_t * b_t)  # (fa.6)
+        if HAS_BIAS:  # (fa.8) dbias = dS_raw (summed over broadcast dims by the glue)
+            tl.store(dbias_base + o_j[None, :], b_ds, mask=(o_i[:, None] < Lq) & (o_j[None, :] < Lk))
+        if F32:
+            b_dq = tl.dot(b_ds, b_k, b_dq, input_precision="ieee")
+        else:
+            b_dq = tl.dot(b_ds.to(b_k.dtype), b_k, b_dq)
+    return b_dq
+
+
+DQ_CONFIGS = [
+    triton.Config({"BM": BM, "BN": BN}, num_warps=w, num_stages=s)
+    for BM, BN, w, s in [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3)]
+]
+
+
+@triton.autotune(configs=DQ_CONFIGS, key=["H", "HKV", "D", "CAUSAL", "WINDOW", "SOFTCAP", "DROPOUT", "F32"],
+                 prune_configs_by={"early_config_prune": _prune_bwd})
+@triton.heuristics({"HAS_BIAS": given("bias"), "HAS_SEGMENTS": given("q_seg")})
+@triton.jit
+def flash_bwd_dq_kernel(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, kv_seg, seeds,
+                        dq, dbias,
+                        scale, softcap, window_left, window_right, keep_threshold, inv_keep,
+                        bias_stride_b, bias_stride_h, TQ_OUT, TK_OUT,
+                        H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BD: tl.constexpr,
+                        CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+                        DROPOUT: tl.constexpr, VARLEN: tl.constexpr, F32: tl.constexpr,
+                        HAS_BIAS: tl.constexpr, HAS_SEGMENTS: tl.constexpr,
+                        BM: tl.constexpr, BN: tl.constexpr):
+    """dQ of query rows [i_m·BM, i_m·BM + BM) of one (sequence, head), and the bias gradient there."""
+    i_m, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_h = i_nh // H, i_nh % H
+    i_hk = i_h // (H // HKV)
+    bos_q, eos_q = sequence_bounds(cu_q, i_n)
+    bos_k, eos_k = sequence_bounds(cu_k, i_n)
+    Lq, Lk = eos_q - bos_q, eos_k - bos_k
+    m0 = i_m * BM
+    if m0 >= Lq:
+        return
+    off = Lk - Lq
+    if VARLEN:
+        i_b, row0, col0 = 0, bos_q, bos_k
+    else:
+        i_b, row0, col0 = i_n, bos_q * 0, bos_k * 0
+
+    o_i = m0 + tl.arange(0, BM)
+    o_d = tl.arange(0, BD)
+    q_off = (bos_q * H + i_h) * D + o_i[:, None] * (H * D) + o_d[None, :]
+    b_q = load_rows(q + q_off, o_i, Lq, o_d, D, BD, True)  # [BM, BD]
+    b_do = load_rows(do + q_off, o_i, Lq, o_d, D, BD, True)  # [BM, BD]
+    stats = (i_b * H + i_h) * TQ_OUT + row0 + o_i
+    b_lse2 = tl.load(lse2 + stats, mask=o_i < Lq, other=float("inf"))
+    b_delta = tl.load(delta + stats, mask=o_i < Lq, other=0.0)
+    k_base = k + (bos_k * HKV + i_hk) * D
+    v_base = v + (bos_k * HKV + i_hk) * D
+    bias_base = bias
+    dbias_base = dbias
+    if HAS_BIAS:
+        rows = (row0 + o_i[:, None]).to(tl.int64) * TK_OUT + col0
+        bias_base = bias + i_b * bias_stride_b + i_h * bias_stride_h + rows
+        dbias_base = dbias + (i_b * H + i_h).to(tl.int64) * TQ_OUT * TK_OUT + rows
+    b_sq = 0
+    if HAS_SEGMENTS:
+        b_sq = tl.load(q_seg + bos_q + o_i, mask=o_i < Lq, other=0)[:, None]
+    drop_row = (i_b * H + i_h) * TQ_OUT + row0 + o_i
+    b_dq = tl.zeros([BM, BD], tl.float32)
+
+    lo, a, b, hi = key_tiles(m0, Lk, off, window_left, window_right, BM, BN, CAUSAL, WINDOW, HAS_SEGMENTS)
+    b_dq = _dq_tiles(b_dq, b_q, b_do, b_lse2, b_delta, k_base, v_base, o_i, lo, a, Lq, Lk, off, bias_base,
+                     dbias_base, b_sq, kv_seg + bos_k, seeds, drop_row, col0, keep_threshold, inv_keep,
+                     scale, softcap, window_left, window_right, HKV, D, BD, BN, True, F32,
+                     CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
+    b_dq = _dq_tiles(b_dq, b_q, b_do, b_lse2, b_delta, k_base, v_base, o_i, a, b, Lq, Lk, off, bias_base,
+                     dbias_base, b_sq, kv_seg + bos_k, seeds, drop_row, col0, keep_threshold, inv_keep,
+                     scale, softcap, window_left, window_right, HKV, D, BD, BN, False, F32,
+                     CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
+    b_dq = _dq_tiles(b_dq, b_q, b_do, b_lse2, b_delta, k_base, v_base, o_i, b, hi, Lq, Lk, off, bias_base,
+                     dbias_base, b_sq, kv_seg + bos_k, seeds, drop_row, col0, keep_threshold, inv_keep,
+                     scale, softcap, window_left, window_right, HKV, D, BD, BN, True, F32,
+                     CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
+    b_dq = b_dq * scale  # (fa.5) dQ = scale · dS K
+    m_store = (o_i < Lq)[:, None]
+    if BD != D:
+        m_store = m_store & (o_d < D)[None, :]
+    tl.store(dq + q_off, b_dq.to(dq.dtype.element_ty), mask=m_store)
