@@ -36,3 +36,20 @@ def test_bfloat16_casts_round_to_nearest_even():
     assert bool(jnp.all(via_f64 == expected))
     assert bool(jnp.all(back == expected.astype(jnp.float32)))
     assert float(via_f32[0]) == 1 + 2**-7
+
+
+@triton.jit
+def _dot_kernel(a, b, c, N: tl.constexpr):
+    o = tl.arange(0, N)
+    tile = o[:, None] * N + o[None, :]
+    tl.store(c + tile, tl.dot(tl.load(a + tile), tl.load(b + tile)))
+
+
+def test_bfloat16_dot_multiplies_values():
+    """The interpreter's tl.dot on bfloat16 tiles equals the exact float32 product of their values."""
+    import torch
+
+    a, b = (torch.randn(16, 16).bfloat16() for _ in range(2))
+    c = torch.full((16, 16), float("nan"))
+    _dot_kernel[(1,)](a, b, c, N=16)
+    np.testing.assert_allclose(c.numpy(), (a.double() @ b.double()).numpy(), rtol=1e-6, atol=1e-6)

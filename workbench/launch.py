@@ -45,7 +45,8 @@ INTERPRET: bool = _backend.INTERPRET
 
 
 def _patch_interpreter_bfloat16_casts() -> None:
-    """Make the interpreter's casts to and from bfloat16 round to nearest even, as GPUs do.
+    """Make the interpreter's casts to and from bfloat16 round to nearest even, as GPUs do, and its
+    `tl.dot` of bfloat16 tiles multiply values rather than their bit patterns.
 
     Triton 3.6's interpreter stores bfloat16 as uint16 and (interpreter.py, `cast_impl`)
     converts float32 → bfloat16 by truncating the mantissa, and float64 → bfloat16 with a plain
@@ -85,8 +86,19 @@ def _patch_interpreter_bfloat16_casts() -> None:
             return convert(src, dst_type)
         return original_fp_to_fp(self, src, dst_type, rounding_mode)
 
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        # The interpreter multiplies bfloat16's uint16 storage as integers; a GPU multiplies the
+        # values exactly and accumulates in float32, which float32 matmul of the widened values does.
+        if bf16 in (a.dtype.scalar, b.dtype.scalar):
+            widen = lambda x: np.asarray(x.data.view(ml_dtypes.bfloat16) if x.dtype.scalar == bf16  # noqa: E731
+                                         else x.data).astype(np.float32)
+            return interp.TensorHandle(np.matmul(widen(a), widen(b), dtype=d.data.dtype) + d.data, d.dtype.scalar)
+        return original_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    original_dot = builder_cls.create_dot
     builder_cls.cast_impl = cast_impl
     builder_cls.create_fp_to_fp = create_fp_to_fp
+    builder_cls.create_dot = create_dot
     for name in ("create_fp_ext", "create_fp_trunc"):
         setattr(builder_cls, name, lambda self, src, dst_type: self.cast_impl(src, dst_type))
     builder_cls._workbench_bf16_patch = True
