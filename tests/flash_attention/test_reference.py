@@ -247,6 +247,16 @@ def test_varlen_with_traced_cu_seqlens():
     o_eager, lse_eager = ref(q, k, v, scale=0.5, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
     assert_close(o, o_eager)
     assert_close(lse, lse_eager)
+    # gradients through the traced bounds: the same as with concrete ones, finite for the empty row
+    do, dlse = (jnp.asarray(np.random.default_rng(0).standard_normal(x.shape)) for x in (o, lse))
+    grads = jax.jit(lambda cq, ck: jax.vjp(
+        lambda q, k, v: ref(q, k, v, scale=0.5, causal=True, cu_seqlens_q=cq, cu_seqlens_k=ck), q, k, v
+    )[1]((do, dlse)))(cu_q, cu_k)
+    eager = jax.vjp(lambda q, k, v: ref(q, k, v, scale=0.5, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k),
+                    q, k, v)[1]((do, dlse))
+    for g, e in zip(grads, eager):
+        assert np.all(np.isfinite(np.asarray(g)))
+        assert_close(g, e)
     # other values, same shape: no retrace, a different answer
     cu_q2, cu_k2 = jnp.asarray([0, 8, 8, 8, 8, 8], jnp.int32), jnp.asarray([0, 11, 11, 11, 11, 11], jnp.int32)
     o2, _ = run(cu_q2, cu_k2)

@@ -239,6 +239,7 @@ OPTION_CASES = {
     "scale-nan": ("scale", dict(scale=float("nan")), "nan"),
     "scale-inf": ("scale", dict(scale=float("inf")), "inf"),
     "scale-str": ("scale", dict(scale="0.1"), "str"),
+    "scale-bool": ("scale", dict(scale=True), "bool"),
     "window-0": ("sliding_window", dict(sliding_window=0), 0),
     "window-negative": ("sliding_window", dict(sliding_window=-2), -2),
     "window-bool": ("sliding_window", dict(sliding_window=True), True),
