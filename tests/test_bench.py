@@ -114,3 +114,23 @@ def test_target_on_gpu_times_the_kernel_faster_than_the_reference(tmp_path):
     if record["device"]["peak_bytes_per_s"]:
         assert 0 < ms[("triton", "forward")]["fraction_of_peak"] < 1
     assert all(p["status"] in ("measured", "not installed") for p in record["peers"])
+
+
+def test_flash_attention_tiny_run_records_flops_and_the_xla_peer(tmp_path, capsys):
+    """Attention rows carry FLOPs and TFLOP/s; the XLA peer runs anywhere, cuDNN is skipped with a reason off-GPU."""
+    assert cli.main(["bench", "--op", "flash_attention", "--shapes", "tiny", "--iters", "1", "--peers",
+                     "--out", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("flash_attention-*.json")
+    record = json.loads(path.read_text())
+    rows = record["results"]
+    names = {r["implementation"] for r in rows}
+    assert {"triton", "reference", "jax.nn.dot_product_attention[xla]"} <= names
+    B, T, H, D = 1, 32, 2, 16
+    forward = next(r for r in rows if r["implementation"] == "triton" and r["pass"] == "forward")
+    assert forward["flops"] == 4 * B * H * T * T * D * 0.5  # causal: half the score matrix
+    assert forward["tflops_per_s"] == pytest.approx(forward["flops"] / (forward["ms"]["median"] / 1e3) / 1e12)
+    assert all(r["status"] == "ok" for r in rows)  # the kernel agrees with the reference and with XLA
+    statuses = {p["peer"]: p["status"] for p in record["peers"]}
+    if launch.INTERPRET:
+        assert statuses["jax.nn.dot_product_attention[cudnn]"].startswith("skipped")
+    assert set(next(r for r in rows if r["pass"] == "forward_backward")["errors"]) == {"o", "dq", "dk", "dv"}

@@ -23,7 +23,7 @@ Each run writes ONE new file `<out>/<op>-<UTC timestamp>.json`, never overwritin
 `op, harness, command, interpreted, date, device {name, kind, platform, driver, peak_bytes_per_s},
 versions, git {commit, dirty}, shape_set, shapes, dtype, iters, implementations, peers, results`;
 each result has `shape, implementation, pass, ms {median, min, p90}, bytes, gb_per_s,
-fraction_of_peak, ratio_to_best_peer, errors {name: {max_abs, rms_rel}}, status` (ok | WRONG).
+fraction_of_peak, flops, tflops_per_s (attention; None elsewhere), ratio_to_best_peer, errors {name: {max_abs, rms_rel}}, status` (ok | WRONG).
 
 Adding an op: write its input factory, its call, its byte estimate and its peers, and add an
 `OpBench` to `OPS`.
@@ -103,6 +103,7 @@ class OpBench:
     inputs: `inputs(shape, dtype, seed)` → keyword arguments of the op; `differentiable` of them get gradients.
     call: `call(implementation, **inputs, **options)` → tuple of outputs named `outputs`.
     bytes: `bytes(shape, dtype)` → (forward, forward+backward) bytes read and written once, estimated.
+    flops: `flops(shape)` → (forward, forward+backward) matmul FLOPs, for compute-bound ops (attention).
     """
 
     shape_sets: Mapping[str, tuple[Mapping[str, int], ...]]
@@ -115,6 +116,7 @@ class OpBench:
     bytes: Callable[[Mapping[str, int], Any], tuple[int, int]]
     peers: tuple[Peer, ...] = ()
     notes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    flops: Callable[[Mapping[str, int]], tuple[float, float]] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -196,7 +198,77 @@ RECURRENT = OpBench(
                                                                              "forward_backward": 8.0}}},
 )
 
-OPS: dict[str, OpBench] = {"recurrent": RECURRENT}
+def _attention_inputs(shape, dtype, seed):
+    B, T, H, D = (shape[n] for n in "BTHD")
+    ks = jax.random.split(jax.random.key(seed), 3)
+    q, k, v = (jax.random.normal(kk, (B, T, H, D), jnp.float32).astype(dtype) for kk in ks)
+    return dict(q=q, k=k, v=v, causal=bool(shape["causal"]))
+
+
+def _attention_call(implementation, q, k, v, causal, **options):
+    return (workbench.flash_attention(q, k, v, causal=causal, implementation=implementation, **options),)
+
+
+def _attention_bytes(shape, dtype):
+    """q, k, v read and o written once; backward: q, k, v, o, do read, dq, dk, dv written."""
+    B, T, H, D = (shape[n] for n in "BTHD")
+    x = B * T * H * D * jnp.dtype(dtype).itemsize
+    return 4 * x, 4 * x + 8 * x
+
+
+def _attention_flops(shape):
+    """4·B·H·T²·D for the two forward matmuls (half when causal); the backward is 2.5× that."""
+    B, T, H, D = (shape[n] for n in "BTHD")
+    forward = 4 * B * H * T * T * D * (0.5 if shape["causal"] else 1.0)
+    return forward, 3.5 * forward
+
+
+def _dot_product_attention(implementation: str):
+    """`jax.nn.dot_product_attention` with a fixed backend, as a peer on the same inputs."""
+
+    def setup(inputs, cotangents) -> PeerCalls:
+        causal = inputs["causal"]
+
+        def forward(p):
+            return (jax.nn.dot_product_attention(p["q"], p["k"], p["v"], is_causal=causal,
+                                                 implementation=implementation),)
+
+        def forward_backward(p):
+            out, pullback = jax.vjp(forward, p)
+            (grads,) = pullback(tuple(cotangents))
+            return (*out, grads["q"], grads["k"], grads["v"])
+
+        primals = {n: inputs[n] for n in ("q", "k", "v")}
+        fwd, fwd_bwd = jax.jit(forward), jax.jit(forward_backward)
+        return PeerCalls(forward=lambda: fwd(primals), forward_backward=lambda: fwd_bwd(primals),
+                         block=jax.block_until_ready, to_numpy=lambda out: [np.asarray(x) for x in out])
+
+    return setup
+
+
+FLASH_ATTENTION = OpBench(
+    shape_sets={
+        # the flash-attention issue's targets, causal and not
+        "target": (dict(B=4, T=4096, H=16, D=128, causal=1), dict(B=4, T=4096, H=16, D=128, causal=0)),
+        # 1k … 8k tokens: the dense reference (the error source) holds B·H·T² float32 logits
+        "sweep": tuple(dict(B=1, T=2 ** e, H=16, D=128, causal=c) for c in (1, 0) for e in range(10, 14)),
+        "tiny": (dict(B=1, T=32, H=2, D=16, causal=1),),
+    },
+    cpu_shape_sets=("tiny",),
+    dtype="bfloat16",
+    inputs=_attention_inputs,
+    differentiable=("q", "k", "v"),
+    outputs=("o",),
+    call=_attention_call,
+    bytes=_attention_bytes,
+    flops=_attention_flops,
+    peers=(Peer("jax.nn.dot_product_attention[cudnn]", "jax", _dot_product_attention("cudnn")),
+           Peer("jax.nn.dot_product_attention[xla]", "jax", _dot_product_attention("xla"), needs_cuda=False)),
+    notes={"targets_ms": {"causal": {"forward": 1.5, "forward_backward": 4.6},
+                          "non_causal": {"forward": 1.9, "forward_backward": 6.3}}},
+)
+
+OPS: dict[str, OpBench] = {"recurrent": RECURRENT, "flash_attention": FLASH_ATTENTION}
 
 
 # ----------------------------------------------------------------------------- timing
@@ -348,6 +420,7 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
         reference = jax_calls(op, "reference", inputs, cotangents)
         want = {"forward": None, "forward_backward": None}
         fwd_bytes, fwd_bwd_bytes = op.bytes(shape, dtype)
+        flops = op.flops(shape) if op.flops is not None else (None, None)
         n_out = len(op.outputs)
 
         contenders: list[tuple[str, str, Callable[[], PeerCalls]]] = [
@@ -373,9 +446,10 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
             got = {"forward": calls.to_numpy(fwd_out), "forward_backward": calls.to_numpy(fb_out)}
             if name == "reference":
                 want = got
-            for pass_, ms, nbytes in (("forward", fwd_ms, fwd_bytes), ("forward_backward", fb_ms, fwd_bwd_bytes)):
+            for pass_, ms, nbytes, nflops in (("forward", fwd_ms, fwd_bytes, flops[0]),
+                                              ("forward_backward", fb_ms, fwd_bwd_bytes, flops[1])):
                 shape_rows.append({"shape": dict(shape), "implementation": name, "kind": kind, "pass": pass_,
-                                   "ms": ms, "bytes": nbytes, "_got": got[pass_]})
+                                   "ms": ms, "bytes": nbytes, "flops": nflops, "_got": got[pass_]})
             if kind == "peer" and not any(p["peer"] == name for p in peer_status):
                 peer_status.append({"peer": name, "status": "measured"})
             _say(f"[{time.perf_counter() - t_start:7.1f} s] {op_name} {label} {name}: "
@@ -389,6 +463,7 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
             row["status"] = "WRONG" if not worst <= bound else "ok"  # NaN is WRONG too
             seconds = row["ms"]["median"] / 1e3
             row["gb_per_s"] = row["bytes"] / seconds / 1e9
+            row["tflops_per_s"] = row["flops"] / seconds / 1e12 if row["flops"] else None
             peak = device["peak_bytes_per_s"]
             row["fraction_of_peak"] = row["bytes"] / seconds / peak if peak else None
         for pass_ in ("forward", "forward_backward"):
@@ -431,7 +506,7 @@ def _json_default(x):
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 
-COLUMNS = ("shape", "implementation", "pass", "median ms", "min ms", "p90 ms", "GB/s", "% peak",
+COLUMNS = ("shape", "implementation", "pass", "median ms", "min ms", "p90 ms", "GB/s", "% peak", "TFLOP/s",
            "× best peer", "max|Δ| o", "rms-rel", "")
 
 
@@ -449,6 +524,7 @@ def table(record: Mapping[str, Any]) -> str:
                      _fmt(r["ms"]["median"], ".3f"), _fmt(r["ms"]["min"], ".3f"), _fmt(r["ms"]["p90"], ".3f"),
                      _fmt(r["gb_per_s"], ".1f"),
                      _fmt(None if r["fraction_of_peak"] is None else 100 * r["fraction_of_peak"], ".1f"),
+                     _fmt(r.get("tflops_per_s"), ".0f"),
                      _fmt(r["ratio_to_best_peer"], ".2f"),
                      _fmt(r["errors"][first]["max_abs"] if first else None, ".2e"), _fmt(worst, ".2e"),
                      "WRONG" if r["status"] == "WRONG" else ""))
