@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from .testing import Comparison
 
-__all__ = ["error_bars", "error_map", "error_growth"]
+__all__ = ["error_bars", "error_map", "error_growth", "mask_grid"]
 
 KERNEL_COLOR = "tab:blue"
 REFERENCE_COLOR = "tab:orange"
@@ -60,7 +60,9 @@ def error_bars(comparisons: Sequence[Comparison], title: str = "") -> Figure:
                             _floor([c.tolerance for c in comparisons])])
     ax.set_ylim(bottom=max(ERROR_FLOOR, 0.1 * float(shown.min())) if shown.size else None)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.set_xticks(x, labels, rotation=45 if mixed or len(x) > 8 else 0, ha="right" if mixed else "center")
+    rotate = mixed or len(x) > 8  # rotated labels end at their tick (anchored right), not centred on it
+    ax.set_xticks(x, labels, rotation=45 if rotate else 0, ha="right" if rotate else "center",
+                  rotation_mode="anchor" if rotate else "default")
     ax.set_ylabel("‖x − oracle‖ / ‖oracle‖")
     ax.set_title(title)
     ax.grid(axis="y", which="major", alpha=0.3)
@@ -77,30 +79,40 @@ def _position_by_head(x) -> np.ndarray:
     raise ValueError(f"kernel: expected an array [B, T, H, D] or [B, T, H], got shape {x.shape}")
 
 
-def error_map(kernel, oracle, title: str = "") -> Figure:
+def error_map(kernel, oracle, title: str = "", by: str = "head") -> Figure:
     """Heat map of |kernel − oracle| per position (x) and head (y), log color scale.
 
     kernel, oracle: arrays `[B, T, H, D]` (or `[B, T, H]`); each cell is the max over batch and
     feature dims, so one bad token or head stands out. Exact zeros are drawn at `ERROR_FLOOR`.
+    by="dim" (4-d arrays only): y is the feature dim instead, each cell the max over batch and heads.
     """
     kernel = np.asarray(kernel, np.float64)
     oracle = np.asarray(oracle, np.float64)
     if kernel.shape != oracle.shape:
         raise ValueError(f"kernel, oracle: shapes must match, got {kernel.shape} and {oracle.shape}")
-    err = _position_by_head(np.abs(kernel - oracle))  # [T, H]
+    if by not in ("head", "dim"):
+        raise ValueError(f"by: expected 'head' or 'dim', got {by!r}")
+    if by == "dim" and kernel.ndim != 4:
+        raise ValueError(f"kernel: by='dim' needs an array [B, T, H, D], got shape {kernel.shape}")
+    err = (np.abs(kernel - oracle).max(axis=(0, 2)) if by == "dim"
+           else _position_by_head(np.abs(kernel - oracle)))  # [T, H] or [T, D]
     err = np.where(np.isfinite(err), err, np.nan)
     finite = err[np.isfinite(err)]
     vmax = max(float(finite.max()) if finite.size else 1.0, ERROR_FLOOR * 10)
     vmin = max(float(finite[finite > 0].min()) if (finite > 0).any() else ERROR_FLOOR, vmax * 1e-8)
     T, H = err.shape
-    fig = Figure(figsize=(min(12.0, 3.0 + 0.12 * T), 1.6 + 0.35 * H), layout="constrained")
+    fig = Figure(figsize=(min(12.0, 3.0 + 0.12 * T), min(6.0, 1.6 + (0.35 if by == "head" else 0.15) * H)),
+                 layout="constrained")
     ax = fig.add_subplot()
     image = ax.imshow(np.maximum(err.T, vmin), aspect="auto", origin="lower", interpolation="nearest",
                       norm=LogNorm(vmin=vmin, vmax=vmax), cmap="magma")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("position t")
-    ax.set_ylabel("head")
-    ax.set_yticks(np.arange(H))
+    ax.set_ylabel(by)
+    if by == "head":
+        ax.set_yticks(np.arange(H))
+    else:
+        ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_title(title)
     fig.colorbar(image, ax=ax, label="max |kernel − oracle|")
     return fig
@@ -140,4 +152,35 @@ def error_growth(x: Sequence[float], kernel: Mapping[str, Sequence[float]] | Seq
     ax.set_title(title)
     ax.legend(fontsize="small", loc="best")
     ax.grid(which="major", alpha=0.3)
+    return fig
+
+
+def mask_grid(masks: Mapping[str, object], ncols: int = 4, title: str = "") -> Figure:
+    """Boolean masks as a grid of images, one panel per entry, titled by its key.
+
+    masks: name → array `[Tq, Tk]` (True = allowed / kept, dark; query i on y, key j on x). Rows
+    with no True entry are shaded red, so empty rows are visible.
+    """
+    masks = {name: np.asarray(m, bool) for name, m in masks.items()}
+    for name, m in masks.items():
+        if m.ndim != 2:
+            raise ValueError(f"masks[{name!r}]: expected a 2-d array [Tq, Tk], got shape {m.shape}")
+    ncols = max(1, min(ncols, len(masks)))
+    nrows = -(-len(masks) // ncols)
+    fig = Figure(figsize=(3.0 * ncols, 3.0 * nrows + (0.4 if title else 0.0)), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, (name, m) in zip(axes, masks.items()):
+        Tq, Tk = m.shape
+        ax.imshow(m, cmap="Greys", vmin=0, vmax=1.4, interpolation="nearest")
+        empty = np.flatnonzero(~m.any(axis=1))
+        for i in empty:
+            ax.axhspan(i - 0.5, i + 0.5, color=FAIL_COLOR, alpha=0.25, lw=0)
+        ax.set_title(name, fontsize="small")
+        ax.set_xlabel(f"key j (Tk={Tk})", fontsize="small")
+        ax.set_ylabel(f"query i (Tq={Tq})", fontsize="small")
+        ax.tick_params(labelsize="x-small")
+    for ax in axes[len(masks):]:
+        ax.set_axis_off()
+    if title:
+        fig.suptitle(title)
     return fig
