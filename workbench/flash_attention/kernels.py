@@ -180,7 +180,7 @@ def scores(b_qk, b_bias, scale, softcap, HAS_BIAS: tl.constexpr, SOFTCAP: tl.con
 
 
 @triton.jit
-def _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, lo, hi, Lk, off, b_bias_base, b_sq,
+def _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, lo, hi, Lq, Lk, off, b_bias_base, b_sq,
                kv_seg_base, seeds, drop_row, drop_col0, keep_threshold,
                scale, softcap, window_left, window_right,
                HKV: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr,
@@ -198,7 +198,8 @@ def _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, lo, hi, Lk, off, b_bias_
             b_qk = tl.dot(b_q, tl.trans(b_k))
         b_bias = 0.0
         if HAS_BIAS:
-            b_bias = tl.load(b_bias_base + o_j[None, :], mask=o_j[None, :] < Lk, other=0.0).to(tl.float32)
+            b_bias = tl.load(b_bias_base + o_j[None, :], mask=(o_i[:, None] < Lq) & (o_j[None, :] < Lk),
+                             other=0.0).to(tl.float32)
         b_x, c, _ = scores(b_qk, b_bias, scale, softcap, HAS_BIAS, SOFTCAP)
         if MASKED:
             b_sk = 0
@@ -303,15 +304,15 @@ def flash_fwd_kernel(q, k, v, cu_q, cu_k, bias, q_seg, kv_seg, sinks, seeds,
     acc = tl.zeros([BM, BD], tl.float32)
 
     lo, a, b, hi = key_tiles(m0, Lk, off, window_left, window_right, BM, BN, CAUSAL, WINDOW, HAS_SEGMENTS)
-    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, lo, a, Lk, off, b_bias_base, b_sq,
+    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, lo, a, Lq, Lk, off, b_bias_base, b_sq,
                                kv_seg + bos_k, seeds, drop_row, col0, keep_threshold,
                                scale, softcap, window_left, window_right, HKV, D, BD, BN, True, F32,
                                CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
-    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, a, b, Lk, off, b_bias_base, b_sq,
+    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, a, b, Lq, Lk, off, b_bias_base, b_sq,
                                kv_seg + bos_k, seeds, drop_row, col0, keep_threshold,
                                scale, softcap, window_left, window_right, HKV, D, BD, BN, False, F32,
                                CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
-    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, b, hi, Lk, off, b_bias_base, b_sq,
+    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, b, hi, Lq, Lk, off, b_bias_base, b_sq,
                                kv_seg + bos_k, seeds, drop_row, col0, keep_threshold,
                                scale, softcap, window_left, window_right, HKV, D, BD, BN, True, F32,
                                CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
