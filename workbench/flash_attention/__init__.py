@@ -147,29 +147,33 @@ def _packed(x):
     return x.reshape(1, x.shape[0] * x.shape[1], *x.shape[2:])
 
 
-def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _Static):
+def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _Static, keep_f32: bool = False):
+    """(o, lse, o in float32 or None): the float32 copy only when a backward will follow (fa.5)."""
     B, Tq, H, D = q.shape
     N = cu_q.shape[0] - 1
     arrays, scalars, meta = _launch_args(q, k, sinks, bias, q_seg, kv_seg, seeds, static)
-    o, lse = triton_call(
+    o, lse, o_f32 = triton_call(
         _packed(q), _packed(k), _packed(v), cu_q, cu_k, arrays["bias"], arrays["q_seg"], arrays["kv_seg"],
         arrays["sinks"], arrays["seeds"],
         kernel=kernels.flash_fwd_kernel,
-        out_shape=[jax.ShapeDtypeStruct((1, B * Tq, H, D), q.dtype), jax.ShapeDtypeStruct((B, H, Tq), jnp.float32)],
+        out_shape=[jax.ShapeDtypeStruct((1, B * Tq, H, D), q.dtype), jax.ShapeDtypeStruct((B, H, Tq), jnp.float32),
+                   jax.ShapeDtypeStruct((1, B * Tq, H, D) if keep_f32 else (0,), jnp.float32)],
         grid=lambda m: (triton.cdiv(B * Tq if static.varlen else Tq, m["BM"]), N * H),
-        name="workbench_flash_fwd", **scalars, **meta,
+        name="workbench_flash_fwd", KEEP_F32=keep_f32, **scalars, **meta,
     )
-    return o.reshape(q.shape), lse
+    return o.reshape(q.shape), lse, (o_f32.reshape(q.shape) if keep_f32 else None)
 
 
 def _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse, do, dlse, static: _Static):
-    """(fa.5–fa.10) Gradients of q, k, v, sinks, bias."""
+    """(fa.5–fa.10) Gradients of q, k, v, sinks, bias; `o` is the forward's float32 output."""
     B, Tq, H, D = q.shape
     Tk, HKV = k.shape[1], k.shape[2]
     N = cu_q.shape[0] - 1
     f32 = jnp.float32
-    # (fa.5) Delta_i = rowsum(dO ∘ O); an lse cotangent shifts it: Delta − dlse
-    delta = jnp.einsum("bthd,bthd->bht", o.astype(f32), do.astype(f32)) - dlse.astype(f32)
+    # (fa.5) Delta_i = rowsum(dO ∘ O) with O before its rounding to q's dtype (a bfloat16 O would put
+    # its rounding error into every dS of the row, and into dsinks summed over rows); an lse
+    # cotangent shifts it: Delta − dlse
+    delta = jnp.einsum("bthd,bthd->bht", o, do.astype(f32), precision=jax.lax.Precision.HIGHEST) - dlse.astype(f32)
     lse2 = jnp.where(lse == -jnp.inf, jnp.inf, lse * LOG2E)  # (fa.10) a row that saw nothing: P = 0
     arrays, scalars, meta = _launch_args(q, k, sinks, bias, q_seg, kv_seg, seeds, static)
     tensors = (_packed(q), _packed(k), _packed(v), _packed(do.astype(q.dtype)), lse2, delta, cu_q, cu_k,
@@ -204,12 +208,13 @@ def _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse, do
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(10,))
 def _flash(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _Static):
-    return _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static)
+    o, lse, _ = _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static)
+    return o, lse
 
 
 def _flash_fwd(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _Static):
-    o, lse = _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static)
-    return (o, lse), (q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse)
+    o, lse, o_f32 = _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static, keep_f32=True)
+    return (o, lse), (q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o_f32, lse)
 
 
 def _flash_bwd(static: _Static, residuals, cotangents):
