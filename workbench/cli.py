@@ -61,7 +61,10 @@ def _bench_parser(subparsers) -> None:
     p.add_argument("--shapes", default="target", metavar="NAME",
                    help="shape set: " + "; ".join(f"{op}: {', '.join(spec.shape_sets)}"
                                                   for op, spec in bench.OPS.items()) + " (default target)")
-    p.add_argument("--iters", type=int, default=20, metavar="N", help="timed calls after warm-up (default 20)")
+    p.add_argument("--iters", type=int, default=20, metavar="N", help="timed samples after warm-up (default 20)")
+    p.add_argument("--reps", type=int, default=1, metavar="R",
+                   help="calls per sample, issued back to back before one wait for the device (default 1: "
+                        "every call pays the launch and sync latency)")
     p.add_argument("--out", type=Path, default=bench.DEFAULT_OUT, metavar="DIR",
                    help=f"record directory (default {bench.DEFAULT_OUT})")
     p.add_argument("--implementations", default=",".join(bench.IMPLEMENTATIONS), metavar="LIST",
@@ -72,7 +75,7 @@ def _bench_parser(subparsers) -> None:
 def _bench(args: argparse.Namespace, command: str) -> int:
     implementations = [s.strip() for s in args.implementations.split(",") if s.strip()]
     try:
-        record = bench.run(args.op, args.shapes, iters=args.iters, implementations=implementations,
+        record = bench.run(args.op, args.shapes, iters=args.iters, reps=args.reps, implementations=implementations,
                            peers=args.peers, command=command)
         path = bench.write(record, args.out)
     except bench.Refused as exc:
