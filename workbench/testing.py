@@ -79,6 +79,43 @@ def compare(name: str, kernel, reference, oracle, ratio: float = RATIO, atol: fl
     )
 
 
+def compare_with_floor(name: str, kernel, reference, floor, oracle, ratio: float = RATIO,
+                       atol: float | None = None) -> Comparison:
+    """`compare` with the yardstick the worse of `reference` and `floor`.
+
+    floor: another result the kernel's *algorithm* cannot beat, computed exactly (float64) from
+    what the algorithm must round — e.g. `attention_delta_error`. The reported reference error stays
+    the reference's; only the tolerance grows, to ratio · err(floor, oracle) + atol.
+    """
+    comparison = compare(name, kernel, reference, oracle, ratio, atol)
+    floor_err = rms_rel(floor, oracle)
+    if floor_err <= comparison.reference_err:
+        return comparison
+    extra = ratio * (floor_err - comparison.reference_err)
+    return dataclasses.replace(comparison, tolerance=comparison.tolerance + extra)
+
+
+def attention_delta_error(do, o_exact):
+    """Error of FlashAttention's Delta_i = rowsum(dO_i ∘ O_i) (NOTES.md fa.5), float64 [B, H, Tq].
+
+    A FlashAttention backward forms Delta in float32 from the float32 O of its forward; this is the
+    error of that sum with O exact (`o_exact`, the float64 oracle's output) rounded once to float32
+    and dO as given ([B, Tq, H, D]). Delta enters the backward only through Delta − dlse, so the
+    exact gradients *given such a Delta* are the oracle's VJP with the lse cotangent shifted by −δ:
+    a floor (`compare_with_floor`) that the reference, whose autodiff sums P ∘ dP instead, does not
+    feel. It matters where the reference cancels exactly and the algorithm cannot: rows that see a
+    single key (the reference's dS = P (dP − P·dP) is 0 there, the kernel's dP − Delta two float32
+    sums in different orders), and dsinks (a sum of (Delta − dlse) over rows, only H numbers).
+    Rows whose exact output is not finite get 0.
+    """
+    f32, f64 = jnp.float32, jnp.float64
+    o_exact, do = jnp.asarray(o_exact, f64), jnp.asarray(do)
+    delta = jnp.einsum("bthd,bthd->bht", o_exact.astype(f32), do.astype(f32),
+                       precision=jax.lax.Precision.HIGHEST).astype(f64)
+    exact = jnp.einsum("bthd,bthd->bht", o_exact, do.astype(f64), precision=jax.lax.Precision.HIGHEST)
+    return jnp.where(jnp.isfinite(exact), delta - exact, 0.0)
+
+
 def assert_within_budget(comparisons: Sequence[Comparison]) -> None:
     """Fail with the whole table when any comparison is over budget or not finite."""
     bad = [c for c in comparisons if not c.ok]
@@ -142,4 +179,32 @@ def recurrent_inputs(seed: int, B: int, T: int, H: int, K: int, V: int, *, dtype
     if initial_state:
         N = B if n_seqs is None else n_seqs
         args["initial_state"] = 0.5 * jax.random.normal(ks[6], (N, H, K, V), jnp.float32)
+    return args
+
+
+def attention_inputs(seed: int, B: int, Tq: int, Tk: int, H: int, Hkv: int, D: int, *, dtype=jnp.float32,
+                     sinks: bool = False, bias: str | None = None, segments: int = 0, aux_dtype=None):
+    """Random inputs for `workbench.flash_attention` as a dict of keyword arguments.
+
+    q `[B, Tq, H, D]`, k and v `[B, Tk, Hkv, D]` standard normal in `dtype` (logits ~ N(0, 1) at the
+    default scale). sinks: `[H]` normal logits. bias: which leading axes it has, "BH", "1H", "B1" or
+    "11" (`[B|1, H|1, Tq, Tk]`). segments: number of distinct segment ids (0: no segment_ids); the
+    ids of q and of k/v are sorted runs cut at independent random points, so some queries may find
+    no key with their id. sinks and bias are in `aux_dtype` (default `dtype`). With packed
+    sequences, pass B=1 and add cu_seqlens_q/k yourself.
+    """
+    ks = jax.random.split(jax.random.key(seed), 7)
+    aux_dtype = dtype if aux_dtype is None else aux_dtype
+    normal = lambda kk, shape, dt=dtype: jax.random.normal(kk, shape, jnp.float32).astype(dt)  # noqa: E731
+    args = dict(q=normal(ks[0], (B, Tq, H, D)), k=normal(ks[1], (B, Tk, Hkv, D)), v=normal(ks[2], (B, Tk, Hkv, D)))
+    if sinks:
+        args["sinks"] = normal(ks[3], (H,), aux_dtype)
+    if bias is not None:
+        if bias not in ("BH", "1H", "B1", "11"):
+            raise ValueError(f"bias: expected one of 'BH', '1H', 'B1', '11' or None, got {bias!r}")
+        shape = (B if bias[0] == "B" else 1, H if bias[1] == "H" else 1, Tq, Tk)
+        args["bias"] = normal(ks[4], shape, aux_dtype)
+    if segments:
+        ids = lambda kk, T: jnp.sort(jax.random.randint(kk, (B, T), 0, segments, jnp.int32), axis=1)  # noqa: E731
+        args["segment_ids"] = (ids(ks[5], Tq), ids(ks[6], Tk))
     return args

@@ -1,0 +1,110 @@
+"""The compiled flash-attention kernels on a CUDA GPU, at sizes the interpreter cannot reach (skipped
+on CPU): kernel vs reference in the same dtype vs float64 oracle, with the 1.5× budget
+(`workbench.testing`), for o, lse and the gradients of q, k, v, sinks and bias under random
+cotangents for o and lse.
+
+On a GPU, XLA computes float32 matmuls in TF32 by default, which makes the float32 reference about
+1000× worse than float32 arithmetic and the budget meaningless; the reference and the oracle run
+under `jax.default_matmul_precision("highest")`. The kernel runs as a user calls it (default
+precision): its float32 path asks Triton for IEEE products itself.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import workbench
+from workbench import testing
+
+pytestmark = pytest.mark.gpu
+
+DIFFERENTIABLE = ("q", "k", "v", "sinks", "bias")
+
+
+def _run(inputs, cts, implementation, **options):
+    """{"o", "lse", "dq", …}: outputs and the VJP of every differentiable input."""
+    diff = {n: x for n, x in inputs.items() if n in DIFFERENTIABLE}
+    rest = {n: x for n, x in inputs.items() if n not in DIFFERENTIABLE}
+
+    def f(d):
+        return workbench.flash_attention(**d, **rest, **options, return_lse=True, implementation=implementation)
+
+    (o, lse), pullback = jax.vjp(f, diff)
+    (grads,) = pullback(cts)
+    return {"o": o, "lse": lse, **{"d" + n: g for n, g in grads.items()}}
+
+
+def _three_way(inputs, seed, **options):
+    q = inputs["q"]
+    B, Tq, H, _ = q.shape
+    cts = testing.random_cotangents(seed, (jax.ShapeDtypeStruct(q.shape, q.dtype),
+                                           jax.ShapeDtypeStruct((B, H, Tq), jnp.float32)))
+    kernel = jax.jit(lambda a, c: _run(a, c, "triton", **options))(inputs, cts)
+    with jax.default_matmul_precision("highest"):  # no TF32 in the yardsticks (module docstring)
+        reference = jax.jit(lambda a, c: _run(a, c, "reference", **options))(inputs, cts)
+        run64 = jax.jit(lambda a, c: _run(a, c, "reference", **options))
+        inputs64, (do64, dlse64) = testing.to_float64(inputs), testing.to_float64(cts)
+        oracle = run64(inputs64, (do64, dlse64))
+        # the exact gradients given a Delta = rowsum(dO ∘ O) summed in float32, as the kernel forms it
+        bound = run64(inputs64, (do64, dlse64 - testing.attention_delta_error(do64, oracle["o"])))
+
+    seen = np.isfinite(np.asarray(oracle["lse"]))
+    k_lse = np.asarray(kernel["lse"])
+    np.testing.assert_array_equal(np.isneginf(k_lse), ~seen, err_msg="lse: −inf rows differ from the oracle's")
+    rows = [testing.compare("o", kernel["o"], reference["o"], oracle["o"]),
+            testing.compare("lse", k_lse[seen], np.asarray(reference["lse"])[seen], np.asarray(oracle["lse"])[seen])]
+    rows += [testing.compare_with_floor(n, kernel[n], reference[n], bound[n], oracle[n])
+             for n in kernel if n not in ("o", "lse")]
+    print(f"\n{jnp.dtype(q.dtype).name} {dict((n, tuple(x.shape)) for n, x in inputs.items() if hasattr(x, 'shape'))} "
+          f"{options}")
+    print("\n".join(map(str, rows)))
+    testing.assert_within_budget(rows)
+
+
+# (B, Tq, Tk, H, Hkv, D), attention_inputs options, op options
+CASES = {
+    "causal-D128": ((2, 1024, 1024, 4, 4, 128), {}, dict(causal=True)),
+    "non-causal-D80-GQA-Tq<Tk": ((1, 1000, 1536, 4, 2, 80), {}, {}),
+    "causal-GQA-T2048": ((1, 2048, 2048, 8, 2, 128), {}, dict(causal=True)),
+    "window+softcap+sinks+bias-D80": ((1, 1024, 1024, 4, 1, 80), dict(sinks=True, bias="1H"),
+                                      dict(causal=True, sliding_window=256, softcap=30.0)),
+    "segments-Tq>Tk-causal": ((2, 1200, 1000, 4, 2, 128), dict(segments=3), dict(causal=True)),
+}
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_compiled_kernel_within_budget(case, dtype):
+    (B, Tq, Tk, H, Hkv, D), made, options = case
+    inputs = testing.attention_inputs(1, B, Tq, Tk, H, Hkv, D, dtype=dtype, **made)
+    _three_way(inputs, 2, **options)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+def test_compiled_varlen_within_budget(dtype):
+    """Packed sequences with Lq ≠ Lk, an empty and a length-1 sequence, a key-less one, sinks."""
+    cu_q = jnp.asarray([0, 0, 1, 300, 777, 900, 1024], jnp.int32)
+    cu_k = jnp.asarray([0, 5, 6, 406, 900, 900, 1100], jnp.int32)
+    inputs = testing.attention_inputs(3, 1, 1024, 1100, 4, 2, 128, dtype=dtype, sinks=True)
+    _three_way({**inputs, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k}, 4, causal=True)
+
+
+def test_compiled_dropout_within_budget():
+    """The compiled hash drops what `dropout_keep_mask` drops (the reference is given that mask)."""
+    inputs = testing.attention_inputs(5, 1, 1024, 1024, 4, 2, 128, dtype=jnp.bfloat16)
+    _three_way({**inputs, "dropout_key": jax.random.key(6)}, 7, causal=True, dropout_rate=0.2)
+
+
+def test_compiled_target_shape_bf16_runs_finite():
+    B, T, H, D = 4, 4096, 16, 128
+    inputs = testing.attention_inputs(8, B, T, T, H, H, D, dtype=jnp.bfloat16)
+    do = jax.random.normal(jax.random.key(9), (B, T, H, D), jnp.bfloat16)
+
+    def fwd_bwd(q, k, v):
+        o, pullback = jax.vjp(lambda q, k, v: workbench.flash_attention(q, k, v, causal=True), q, k, v)
+        return o, pullback(do)
+
+    o, grads = jax.jit(fwd_bwd)(inputs["q"], inputs["k"], inputs["v"])
+    for x in (o, *grads):
+        assert bool(jnp.all(jnp.isfinite(x.astype(jnp.float32))))
