@@ -62,6 +62,21 @@ def dropout_keep(seeds, row, col, threshold):
 
 
 @triton.jit
+def sequence_pair(cu_q, cu_k, i_n, VARLEN: tl.constexpr):
+    """Sequence i_n on both sides: (bos_q, bos_k, Lq, Lk, i_b, row0, col0). Lengths are 32-bit so
+    that loop indices and tile offsets stay 32-bit; (i_b, row0, col0) address the `[B, H, Tq]` and
+    `[B, H, Tq, Tk]` arrays as the module docstring says."""
+    bos_q, eos_q = sequence_bounds(cu_q, i_n)
+    bos_k, eos_k = sequence_bounds(cu_k, i_n)
+    Lq, Lk = (eos_q - bos_q).to(tl.int32), (eos_k - bos_k).to(tl.int32)
+    if VARLEN:
+        i_b, row0, col0 = i_n * 0, bos_q, bos_k
+    else:
+        i_b, row0, col0 = i_n, bos_q * 0, bos_k * 0
+    return bos_q, bos_k, Lq, Lk, i_b, row0, col0
+
+
+@triton.jit
 def load_rows(ptrs, o_row, L, o_d, D: tl.constexpr, BD: tl.constexpr, CHECK_ROWS: tl.constexpr):
     """Load a [rows, BD] tile; masks only what can be out of bounds (rows past L, columns past D)."""
     if CHECK_ROWS:
@@ -276,17 +291,11 @@ def flash_fwd_kernel(q, k, v, cu_q, cu_k, bias, q_seg, kv_seg, sinks, seeds,
     i_m, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_h = i_nh // H, i_nh % H
     i_hk = i_h // (H // HKV)
-    bos_q, eos_q = sequence_bounds(cu_q, i_n)
-    bos_k, eos_k = sequence_bounds(cu_k, i_n)
-    Lq, Lk = (eos_q - bos_q).to(tl.int32), (eos_k - bos_k).to(tl.int32)  # loop indices stay 32-bit
+    bos_q, bos_k, Lq, Lk, i_b, row0, col0 = sequence_pair(cu_q, cu_k, i_n, VARLEN)
     m0 = i_m * BM
     if m0 >= Lq:
         return
     off = Lk - Lq
-    if VARLEN:
-        i_b, row0, col0 = 0, bos_q, bos_k
-    else:
-        i_b, row0, col0 = i_n, bos_q * 0, bos_k * 0
 
     o_i = m0 + tl.arange(0, BM)
     o_d = tl.arange(0, BD)
@@ -425,17 +434,11 @@ def flash_bwd_dkdv_kernel(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, kv_
     i_j, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_hk = i_nh // HKV, i_nh % HKV
     G: tl.constexpr = H // HKV
-    bos_q, eos_q = sequence_bounds(cu_q, i_n)
-    bos_k, eos_k = sequence_bounds(cu_k, i_n)
-    Lq, Lk = (eos_q - bos_q).to(tl.int32), (eos_k - bos_k).to(tl.int32)  # loop indices stay 32-bit
+    bos_q, bos_k, Lq, Lk, i_b, row0, col0 = sequence_pair(cu_q, cu_k, i_n, VARLEN)
     n0 = i_j * BN
     if n0 >= Lk:
         return
     off = Lk - Lq
-    if VARLEN:
-        i_b, row0, col0 = 0, bos_q, bos_k
-    else:
-        i_b, row0, col0 = i_n, bos_q * 0, bos_k * 0
 
     o_j = n0 + tl.arange(0, BN)
     o_d = tl.arange(0, BD)
@@ -558,17 +561,11 @@ def flash_bwd_dq_kernel(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, kv_se
     i_m, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_h = i_nh // H, i_nh % H
     i_hk = i_h // (H // HKV)
-    bos_q, eos_q = sequence_bounds(cu_q, i_n)
-    bos_k, eos_k = sequence_bounds(cu_k, i_n)
-    Lq, Lk = (eos_q - bos_q).to(tl.int32), (eos_k - bos_k).to(tl.int32)  # loop indices stay 32-bit
+    bos_q, bos_k, Lq, Lk, i_b, row0, col0 = sequence_pair(cu_q, cu_k, i_n, VARLEN)
     m0 = i_m * BM
     if m0 >= Lq:
         return
     off = Lk - Lq
-    if VARLEN:
-        i_b, row0, col0 = 0, bos_q, bos_k
-    else:
-        i_b, row0, col0 = i_n, bos_q * 0, bos_k * 0
 
     o_i = m0 + tl.arange(0, BM)
     o_d = tl.arange(0, BD)
