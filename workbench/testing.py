@@ -81,39 +81,75 @@ def compare(name: str, kernel, reference, oracle, ratio: float = RATIO, atol: fl
 
 def compare_with_floor(name: str, kernel, reference, floor, oracle, ratio: float = RATIO,
                        atol: float | None = None) -> Comparison:
-    """`compare` with the yardstick the worse of `reference` and `floor`.
+    """`compare`, with a second, independent source of error added to the reference's in quadrature.
 
-    floor: another result the kernel's *algorithm* cannot beat, computed exactly (float64) from
-    what the algorithm must round — e.g. `attention_delta_error`. The reported reference error stays
-    the reference's; only the tolerance grows, to ratio · err(floor, oracle) + atol.
+    floor: a float64 result that carries an error the kernel's algorithm inherits and the reference
+    does not (e.g. the exact gradients given the kernel's own forward outputs,
+    `attention_backward_cotangents`). The tolerance becomes ratio · √(err(reference)² +
+    err(floor)²) + atol; the reported reference error stays the reference's.
     """
     comparison = compare(name, kernel, reference, oracle, ratio, atol)
     floor_err = rms_rel(floor, oracle)
-    if floor_err <= comparison.reference_err:
-        return comparison
-    extra = ratio * (floor_err - comparison.reference_err)
+    extra = ratio * (float(np.hypot(comparison.reference_err, floor_err)) - comparison.reference_err)
     return dataclasses.replace(comparison, tolerance=comparison.tolerance + extra)
 
 
-def attention_delta_error(do, o_exact):
-    """Error of FlashAttention's Delta_i = rowsum(dO_i ∘ O_i) (NOTES.md fa.5), float64 [B, H, Tq].
+def attention_backward_cotangents(do, dlse, o, lse, o_exact, lse_exact):
+    """Cotangents whose exact VJP is what a FlashAttention backward computes from its forward's outputs.
 
-    A FlashAttention backward forms Delta in float32 from the float32 O of its forward; this is the
-    error of that sum with O exact (`o_exact`, the float64 oracle's output) rounded once to float32
-    and dO as given ([B, Tq, H, D]). Delta enters the backward only through Delta − dlse, so the
-    exact gradients *given such a Delta* are the oracle's VJP with the lse cotangent shifted by −δ:
-    a floor (`compare_with_floor`) that the reference, whose autodiff sums P ∘ dP instead, does not
-    feel. It matters where the reference cancels exactly and the algorithm cannot: rows that see a
-    single key (the reference's dS = P (dP − P·dP) is 0 there, the kernel's dP − Delta two float32
-    sums in different orders), and dsinks (a sum of (Delta − dlse) over rows, only H numbers).
-    Rows whose exact output is not finite get 0.
+    The backward (NOTES.md fa.5, fa.7) takes P_ij = exp(s_ij − lse_i) from the forward's lse and
+    Delta_i = rowsum(dO_i ∘ O_i), summed in float32, from the forward's float32 O. With
+    1 + ε_i = exp(lse_exact_i − lse_i) and δ_i the error of that Delta, every gradient it forms
+    (dS_ij = P_ij (dP_ij − Delta_i + dlse_i), dV, dsinks) equals the exact one at the cotangents
+    ((1 + ε_i) dO_i, (1 + ε_i)(dlse_i − δ_i)). Their float64 VJP — the exact gradients given the
+    kernel's o and lse, themselves held to budget — is the floor for `compare_with_floor`: the
+    reference's autodiff never forms Delta (it sums P ∘ dP) nor reads its lse back, so it is
+    spared the error the floor carries. That error matters where the reference's cancels exactly:
+    rows that see a single key (the reference's dS = P (dP − P·dP) is 0 there), and dsinks (a sum
+    of (Delta − dlse) over rows, only H numbers).
+
+    do [B, Tq, H, D], dlse [B, H, Tq]: the cotangents. o, lse: the kernel's outputs. For float32
+    inputs o is the O its backward used; for 16-bit inputs that float32 O stays inside the kernel
+    and the returned o, rounded to q's dtype, stands in (a floor a little looser than the truth:
+    its rounding error is added to O's, whose bfloat16 P·V product already errs about as much).
+    o_exact, lse_exact: the float64 oracle's. Returns float64 (do', dlse'); rows whose lse is −inf
+    keep their cotangents.
     """
     f32, f64 = jnp.float32, jnp.float64
-    o_exact, do = jnp.asarray(o_exact, f64), jnp.asarray(do)
-    delta = jnp.einsum("bthd,bthd->bht", o_exact.astype(f32), do.astype(f32),
-                       precision=jax.lax.Precision.HIGHEST).astype(f64)
-    exact = jnp.einsum("bthd,bthd->bht", o_exact, do.astype(f64), precision=jax.lax.Precision.HIGHEST)
-    return jnp.where(jnp.isfinite(exact), delta - exact, 0.0)
+    o_exact, lse_exact = jnp.asarray(o_exact, f64), jnp.asarray(lse_exact, f64)
+    do, dlse, lse = jnp.asarray(do).astype(f64), jnp.asarray(dlse).astype(f64), jnp.asarray(lse).astype(f64)
+    highest = jax.lax.Precision.HIGHEST
+    delta = jnp.einsum("bthd,bthd->bht", jnp.asarray(o).astype(f32), do.astype(f32), precision=highest)
+    exact = jnp.einsum("bthd,bthd->bht", o_exact, do, precision=highest)
+    seen = jnp.isfinite(lse_exact) & jnp.isfinite(lse)  # a wrong −inf is the lse comparison's to catch
+    scale = jnp.where(seen, jnp.exp(jnp.where(seen, lse_exact - lse, 0.0)), 1.0)  # 1 + ε
+    error = jnp.where(seen, delta.astype(f64) - exact, 0.0)  # δ
+    return do * jnp.swapaxes(scale, 1, 2)[..., None], scale * (dlse - error)
+
+
+def attention_dsinks_atol(dtype, sinks, do, dlse, o_exact, lse_exact):
+    """atol for dsinks: `ATOL[dtype]` times the condition number of the sum that forms it.
+
+    dsinks_h = −Σ_{b,i} t_bhi with t_bhi = exp(sink_h − lse_bi) (Delta_bi − dlse_bi) (NOTES.md fa.7):
+    B·Tq terms of both signs, only H results. Rounding errors of about u per term add up to about
+    u · ‖t‖₂, which relative to |Σ t| is u · cond with cond = ‖t‖₂ / ‖Σ_{b,i} t‖ (norms over all
+    terms and over heads; about 1 unless the terms cancel). The reference's own error can fall far
+    below that by luck, so the floor is ATOL · max(1, cond), computed in float64 from the oracle.
+    dtype: the precision the terms are computed in — q's (float32 sinks with bfloat16 inputs still
+    sum bfloat16-precision terms).
+    """
+    f64 = jnp.float64
+    lse_exact = jnp.asarray(lse_exact, f64)
+    delta = jnp.einsum("bthd,bthd->bht", jnp.asarray(o_exact, f64), jnp.asarray(do).astype(f64),
+                       precision=jax.lax.Precision.HIGHEST)
+    seen = jnp.isfinite(lse_exact)
+    p_sink = jnp.where(seen, jnp.exp(jnp.asarray(sinks).astype(f64)[None, :, None] - jnp.where(seen, lse_exact, 0.0)),
+                       0.0)
+    t = p_sink * (delta - jnp.asarray(dlse).astype(f64))
+    magnitude = jnp.sqrt(jnp.sum(t ** 2))
+    total = jnp.sqrt(jnp.sum(t.sum((0, 2)) ** 2))
+    cond = jnp.where(total > 0, magnitude / jnp.where(total > 0, total, 1.0), 1.0)
+    return ATOL.get(jnp.dtype(dtype).name, 1e-6) * jnp.maximum(1.0, cond)
 
 
 def assert_within_budget(comparisons: Sequence[Comparison]) -> None:
