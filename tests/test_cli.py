@@ -2,6 +2,7 @@
 
 import json
 
+import jax.numpy as jnp
 import pytest
 
 import workbench
@@ -61,3 +62,33 @@ def test_verify_rejects_an_unknown_case(tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["verify", "--quick", "--case", "no_such_case", "--out", str(tmp_path)])
     assert exit_info.value.code == 2
+
+
+def test_verify_flash_attention_quick_passes(tmp_path, capsys):
+    out = tmp_path / "report"
+    status = cli.main(["verify", "--op", "flash_attention", "--quick", "--dtype", "float32", "--out", str(out)])
+    stdout = capsys.readouterr().out
+    assert status == 0, stdout
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert {r["case"] for r in rows} == {"tiny_causal_sinks", "tiny_varlen"}
+    sinks_case = {r["name"] for r in rows if r["case"] == "tiny_causal_sinks"}
+    assert sinks_case == {"o", "lse", "dq", "dk", "dv", "dsinks"}
+    assert all(r["ok"] and r["kernel_err"] <= r["tolerance"] for r in rows)
+    assert "flash_attention-tiny_causal_sinks-float32-dq-map.png" in {p.name for p in out.glob("*.png")}
+
+
+def test_verify_flash_attention_fails_on_a_wrong_empty_row_lse(tmp_path, capsys, monkeypatch):
+    """tiny_varlen has a sequence with queries and no keys: its lse must be −inf, not a finite number."""
+    correct = workbench.flash_attention
+
+    def finite_lse(*args, implementation=None, **kwargs):
+        o, lse = correct(*args, implementation=implementation, **kwargs)
+        return o, (jnp.where(jnp.isneginf(lse), 0.0, lse) if implementation != "reference" else lse)
+
+    monkeypatch.setattr(workbench, "flash_attention", finite_lse)
+    status = cli.main(["verify", "--op", "flash_attention", "--quick", "--case", "tiny_varlen", "--dtype", "float32",
+                       "--out", str(tmp_path)])
+    stdout = capsys.readouterr().out
+    assert status == 1
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert [r["name"] for r in rows if not r["ok"]] == ["lse"], stdout

@@ -17,6 +17,7 @@ Adding an op: write a `run(case, dtype, implementation) -> CaseResult` (usually 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import platform
@@ -202,11 +203,127 @@ RECURRENT_QUICK = (
 )
 
 
+# ----------------------------------------------------------------------------- flash_attention
+
+
+def _flash_case(name: str, *, B: int = 1, Tq: int = 48, Tk: int | None = None, H: int = 2, Hkv: int | None = None,
+                D: int = 32, sinks: bool = False, bias: str | None = None, segments: int = 0,
+                seqlens: Sequence[tuple[int, int]] | None = None, **options) -> Case:
+    """A flash_attention case: sizes, inputs (`testing.attention_inputs`), packed (Lq, Lk) pairs and the
+    op's options (causal, sliding_window, softcap, scale, dropout_rate)."""
+    return Case(name, dict(B=B, Tq=Tq, Tk=Tq if Tk is None else Tk, H=H, Hkv=H if Hkv is None else Hkv, D=D,
+                           sinks=sinks, bias=bias, segments=segments,
+                           seqlens=None if seqlens is None else tuple(map(tuple, seqlens)), options=dict(options)))
+
+
+def _run_flash(case: Case, dtype: str, implementation: str, want_arrays: Sequence[str]) -> CaseResult:
+    """Like `check_vjp`, with what attention needs beyond it: lse compared on the rows the oracle
+    sees something (−inf must match exactly, else a FAIL row), and each gradient's yardstick the
+    reference's error and, in quadrature, that of the exact gradients given the kernel's o and lse,
+    which a FlashAttention backward works from (`testing.compare_with_floor`,
+    `testing.attention_backward_cotangents`)."""
+    p = case.params
+    B, Tq, Tk = p["B"], p["Tq"], p["Tk"]
+    if p["seqlens"]:
+        B, (Tq, Tk) = 1, np.sum(p["seqlens"], axis=0).tolist()
+    inputs = testing.attention_inputs(case.seed, B, Tq, Tk, p["H"], p["Hkv"], p["D"], dtype=jnp.dtype(dtype),
+                                      sinks=p["sinks"], bias=p["bias"], segments=p["segments"])
+    if p["seqlens"]:
+        cu = np.cumsum([(0, 0), *p["seqlens"]], axis=0).astype(np.int32)
+        inputs["cu_seqlens_q"], inputs["cu_seqlens_k"] = jnp.asarray(cu[:, 0]), jnp.asarray(cu[:, 1])
+    options = dict(p["options"], return_lse=True)
+    if options.get("dropout_rate"):
+        inputs["dropout_key"] = jax.random.key(case.seed)
+    wrt = [n for n in ("q", "k", "v", "sinks", "bias") if n in inputs]
+
+    def vjp(impl, args):
+        def fn(*primals):
+            # Looked up at call time (each run traces anew), so a test can swap in a broken op.
+            return workbench.flash_attention(**{**args, **dict(zip(wrt, primals))}, **options, implementation=impl)
+
+        return jax.vjp(fn, *[args[n] for n in wrt])
+
+    @functools.partial(jax.jit, static_argnums=0)  # one XLA program per run, not op-by-op dispatch
+    def same_dtype(impl, args, cts):
+        out, pullback = vjp(impl, args)
+        return out, pullback(cts)
+
+    @jax.jit
+    def oracle(args, cts, o_kernel, lse_kernel):
+        """The float64 oracle, its gradients given the kernel's o and lse (the floor), and dsinks' atol."""
+        q_dtype = args["q"].dtype
+        args, (do, dlse) = {**args, **testing.to_float64({n: args[n] for n in wrt})}, testing.to_float64(cts)
+        (o, lse), pullback = vjp("reference", args)
+        floor = pullback(testing.attention_backward_cotangents(do, dlse, o_kernel, lse_kernel, o, lse))
+        atols = {}
+        if "sinks" in args:
+            atols["dsinks"] = testing.attention_dsinks_atol(q_dtype, args["sinks"], do, dlse, o, lse)
+        return (o, lse), pullback((do, dlse)), floor, atols
+
+    q = inputs["q"]
+    cts = testing.random_cotangents(case.seed, (jax.ShapeDtypeStruct(q.shape, q.dtype),
+                                                jax.ShapeDtypeStruct((B, p["H"], Tq), jnp.float32)))
+    (o_k, lse_k), grads_k = same_dtype(implementation, inputs, cts)
+    (o_r, lse_r), grads_r = same_dtype("reference", inputs, cts)
+    (o_o, lse_o), grads_o, grads_b, atols = oracle(inputs, cts, o_k, lse_k)
+
+    seen = np.isfinite(np.asarray(lse_o))
+    lse_k, lse_r, lse_o = (np.asarray(x) for x in (lse_k, lse_r, lse_o))
+    comparisons = [testing.compare("o", o_k, o_r, o_o),
+                   testing.compare("lse", lse_k[seen], lse_r[seen], lse_o[seen])]
+    if not np.array_equal(np.isneginf(lse_k), ~seen):  # a row that sees nothing must give −inf, and only it
+        comparisons[-1] = dataclasses.replace(comparisons[-1], finite=False)
+    names = [f"d{n}" for n in wrt]
+    comparisons += [testing.compare_with_floor(n, a, b, c, d, atol=float(atols[n]) if n in atols else None)
+                    for n, a, b, c, d in zip(names, grads_k, grads_r, grads_b, grads_o)]
+    arrays = {n: (np.asarray(a, np.float64), np.asarray(d, np.float64))
+              for n, a, d in zip(names, grads_k, grads_o) if n in want_arrays}
+    return CaseResult(comparisons, arrays)
+
+
+# Small on purpose: every case compiles the reference twice (its dtype and float64) and interprets
+# three kernels; ~1.5–3 s per case and dtype on a CPU.
+FLASH_CASES = (
+    _flash_case("plain", B=2, Tq=40),
+    _flash_case("causal", Tq=64, causal=True),
+    _flash_case("causal_Tq>Tk_empty_rows", Tq=48, Tk=24, causal=True),
+    _flash_case("causal_Tq<Tk", Tq=24, Tk=64, causal=True),
+    _flash_case("block_edges_T65", Tq=65, H=1, D=16, causal=True),
+    _flash_case("head_dim_40", Tq=33, D=40),
+    _flash_case("head_dim_80", Tq=20, Tk=28, H=1, D=80, causal=True),
+    _flash_case("GQA", Tq=40, H=4, Hkv=2, D=16, causal=True),
+    _flash_case("MQA", Tq=33, Tk=40, H=4, Hkv=1, D=16),
+    _flash_case("window_int_causal", Tq=48, causal=True, sliding_window=8),
+    _flash_case("window_pair", Tq=40, Tk=48, sliding_window=(5, 3)),
+    _flash_case("window_(0,0)", Tq=32, sliding_window=(0, 0)),
+    _flash_case("segments", B=2, Tq=40, segments=3),
+    _flash_case("window+segments+causal", Tq=48, segments=2, causal=True, sliding_window=(12, 0)),
+    _flash_case("softcap", Tq=40, softcap=5.0),
+    _flash_case("sinks_causal", Tq=40, sinks=True, causal=True),
+    _flash_case("bias_BH", B=2, Tq=24, Tk=32, bias="BH"),
+    _flash_case("bias_11_causal", B=2, Tq=24, bias="11", causal=True),
+    _flash_case("bias+softcap+sinks", Tq=40, Tk=33, bias="1H", sinks=True, softcap=3.0),
+    _flash_case("varlen", H=2, Hkv=1, sinks=True, seqlens=((13, 10), (0, 4), (1, 1), (18, 20), (3, 0)), causal=True),
+    _flash_case("varlen_window_bias", bias="1H", seqlens=((9, 16), (24, 24), (1, 0)), sliding_window=(4, 2)),
+    _flash_case("dropout", Tq=40, dropout_rate=0.2),
+    _flash_case("dropout_causal_bias_sinks", Tq=33, Tk=40, bias="1H", sinks=True, causal=True, dropout_rate=0.5),
+    _flash_case("everything", Tq=40, Tk=48, H=4, Hkv=2, D=24, sinks=True, bias="B1", segments=2, causal=True,
+                sliding_window=12, softcap=5.0, scale=0.3),
+)
+
+FLASH_QUICK = (
+    _flash_case("tiny_causal_sinks", Tq=12, H=2, Hkv=1, D=16, sinks=True, causal=True),
+    _flash_case("tiny_varlen", H=1, D=16, seqlens=((5, 7), (0, 3), (1, 1), (2, 0)), causal=True),
+)
+
+
 # ----------------------------------------------------------------------------- registry
 
 OPS: dict[str, OpSpec] = {
     "recurrent": OpSpec(run=_run_recurrent, cases=RECURRENT_CASES, quick=RECURRENT_QUICK,
                         map_cases=("all_gates_strong", "tiny_gk")),
+    "flash_attention": OpSpec(run=_run_flash, cases=FLASH_CASES, quick=FLASH_QUICK,
+                              map_cases=("everything", "tiny_causal_sinks")),
 }
 
 
@@ -366,6 +483,12 @@ def write(report: Report, out: Path, command: str = "") -> list[Path]:
           f"(atol {', '.join(f'{k} {v:g}' for k, v in testing.ATOL.items() if k in DTYPES)}); errors are "
           "RMS-relative. Device: " + meta["device"] + ", versions: "
           + ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v) + ".", ""]
+    if any(r.op == "flash_attention" for r in report.rows):
+        md += ["flash_attention: lse is compared where the oracle's is finite and must be −inf exactly elsewhere; "
+               "each gradient's tolerance adds, in quadrature to the reference's error, the error of the exact "
+               "gradients given the kernel's o and lse, which its backward works from "
+               "(`testing.attention_backward_cotangents`); dsinks' atol is scaled by the condition number of its sum "
+               "(`testing.attention_dsinks_atol`).", ""]
     failed = [r for r in report.rows if not r.ok]
     if failed:
         md += ["## Failures", "", *_markdown_table(failed), ""]
