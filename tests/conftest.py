@@ -22,3 +22,11 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def ieee_float32():
+    """Full float32 matmuls in every JAX computation (no TF32/bf16 passes), as a float64 oracle
+    comparison assumes; property modules use it with `pytestmark = pytest.mark.usefixtures(...)`."""
+    with jax.default_matmul_precision("float32"):
+        yield

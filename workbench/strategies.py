@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 import jax.numpy as jnp
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 settings.register_profile(
@@ -21,6 +21,15 @@ settings.register_profile(
     "dev", max_examples=60, deadline=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+def fewer_examples(divisor: int = 1, minimum: int = 1) -> settings:
+    """Settings for a property that runs in the interpreter: no shrinking (every example costs seconds
+    there, and the drawn seed and sizes in the failure report already reproduce a failure), and
+    1/divisor of the loaded profile's examples (at least `minimum`). Call it after the profile is loaded
+    (test modules: at import; conftest loads it first)."""
+    return settings(phases=[Phase.explicit, Phase.reuse, Phase.generate],
+                    max_examples=max(minimum, settings.default.max_examples // divisor))
 
 
 def load_profile() -> str:

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import Phase, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from workbench import launch, strategies, testing
@@ -47,20 +47,14 @@ EXACT = 1e-5  # RMS-relative gap allowed between two float32 computations of the
 DSINKS_EXACT = 1e-4
 
 
-@pytest.fixture(autouse=True, scope="module")
-def ieee_float32():
-    """Full float32 matmuls in every JAX computation (no TF32/bf16 passes), as the oracle assumes."""
-    with jax.default_matmul_precision("float32"):
-        yield
+pytestmark = pytest.mark.usefixtures("ieee_float32")
 
 
-# Every example costs seconds in the interpreter, and shrinking re-runs dozens of them; the drawn
-# seed and sizes in the failure report already reproduce a failure.
-no_shrink = settings(phases=[Phase.explicit, Phase.reuse, Phase.generate])
+no_shrink = strategies.fewer_examples()
 # Properties of one feature (packed sequences, dropout) get half the profile's examples; the laws,
 # which compare the kernel with itself under a transformation, a third.
-half = settings(no_shrink, max_examples=max(3, settings.default.max_examples // 2))
-law = settings(no_shrink, max_examples=max(2, settings.default.max_examples // 3))
+half = strategies.fewer_examples(2, minimum=3)
+law = strategies.fewer_examples(3, minimum=2)
 
 
 # ----------------------------------------------------------------------------- running the three ways

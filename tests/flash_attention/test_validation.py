@@ -9,12 +9,12 @@ function exists, the cases call `validate` directly.
 
 import workbench  # noqa: F401  (first: configures Triton's interpreter before triton loads)
 
-import re
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from tests.helpers import raises
 
 from workbench import _checks
 from workbench.flash_attention._validate import Static, validate
@@ -81,12 +81,6 @@ def static(**changes):
     args = {**valid(), **changes}
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
     return validate(q, k, v, **{**OPTIONS, **args}, impl="reference")
-
-
-def raises(argument, *shown):
-    """pytest.raises for a ValueError whose message starts with `argument:` and shows `shown`."""
-    pattern = rf"^{re.escape(argument)}:" + "".join(rf"(?s:.*){re.escape(str(s))}" for s in shown)
-    return pytest.raises(ValueError, match=pattern)
 
 
 # ----------------------------------------------------------------------------- valid calls

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import Phase, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from workbench import launch, strategies, testing
@@ -31,19 +31,13 @@ GATE_GRADS = ("dg", "dgk", "dgv")
 GATE_EXACT = 2e-4
 
 
-@pytest.fixture(autouse=True, scope="module")
-def ieee_float32():
-    """Full float32 matmuls in every JAX computation (no TF32/bf16 passes), as the oracle assumes."""
-    with jax.default_matmul_precision("float32"):
-        yield
+pytestmark = pytest.mark.usefixtures("ieee_float32")
 
 
-# Every example costs seconds in the interpreter, and shrinking re-runs dozens of them; the
-# drawn seed and sizes in the failure report already reproduce a failure.
-no_shrink = settings(phases=[Phase.explicit, Phase.reuse, Phase.generate])
+no_shrink = strategies.fewer_examples()
 # The laws below compare the kernel with itself under a transformation; a third of the profile's
 # examples each (the oracle property keeps them all).
-law = settings(no_shrink, max_examples=max(2, settings.default.max_examples // 3))
+law = strategies.fewer_examples(3, minimum=2)
 
 
 # ----------------------------------------------------------------------------- helpers

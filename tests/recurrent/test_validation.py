@@ -6,12 +6,12 @@ thing. Validation runs before any kernel, so these tests are fast on both implem
 
 import workbench  # noqa: F401  (first: configures Triton's interpreter before triton loads)
 
-import re
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from tests.helpers import raises
 
 from workbench.recurrent import Tuning
 
@@ -36,12 +36,6 @@ def valid(dtype=jnp.float32, packed=False):
 def call(implementation, packed=False, **changes):
     args = {**valid(packed=packed), **changes}
     return workbench.recurrent(**{n: x for n, x in args.items() if x is not None}, implementation=implementation)
-
-
-def raises(argument, *shown):
-    """pytest.raises for a ValueError whose message starts with `argument:` and shows `shown`."""
-    pattern = rf"^{re.escape(argument)}:" + "".join(rf"(?s:.*){re.escape(str(s))}" for s in shown)
-    return pytest.raises(ValueError, match=pattern)
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
