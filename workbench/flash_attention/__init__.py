@@ -164,8 +164,10 @@ def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _St
     return o.reshape(q.shape), lse, (o_f32.reshape(q.shape) if keep_f32 else None)
 
 
-def _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse, do, dlse, static: _Static):
-    """(fa.5–fa.10) Gradients of q, k, v, sinks, bias; `o` is the forward's float32 output."""
+def _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse, do, dlse, static: _Static,
+              grad_dtype=None):
+    """(fa.5–fa.10) Gradients of q, k, v, sinks, bias; `o` is the forward's float32 output.
+    dq, dk, dv are written in `grad_dtype` (default: their input's dtype)."""
     B, Tq, H, D = q.shape
     Tk, HKV = k.shape[1], k.shape[2]
     N = cu_q.shape[0] - 1
@@ -180,14 +182,15 @@ def _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse, do
                arrays["bias"], arrays["q_seg"], arrays["kv_seg"], arrays["seeds"])
     dk, dv = triton_call(
         *tensors, kernel=kernels.flash_bwd_dkdv_kernel,
-        out_shape=[jax.ShapeDtypeStruct((1, B * Tk, HKV, D), k.dtype)] * 2,
+        out_shape=[jax.ShapeDtypeStruct((1, B * Tk, HKV, D), grad_dtype or k.dtype)] * 2,
         grid=lambda m: (triton.cdiv(B * Tk if static.varlen else Tk, m["BN"]), N * HKV),
         name="workbench_flash_bwd_dkdv", **scalars, **meta,
     )
     dbias_shape = (B, H, Tq, Tk) if bias is not None else (0,)
     dq, dbias = triton_call(
         *tensors, kernel=kernels.flash_bwd_dq_kernel,
-        out_shape=[jax.ShapeDtypeStruct((1, B * Tq, H, D), q.dtype), jax.ShapeDtypeStruct(dbias_shape, f32)],
+        out_shape=[jax.ShapeDtypeStruct((1, B * Tq, H, D), grad_dtype or q.dtype),
+                   jax.ShapeDtypeStruct(dbias_shape, f32)],
         grid=lambda m: (triton.cdiv(B * Tq if static.varlen else Tq, m["BM"]), N * H),
         zeroed_outputs=(1,), name="workbench_flash_bwd_dq", **scalars, **meta,
     )
@@ -238,3 +241,39 @@ def _flash_bwd(static: _Static, residuals, cotangents):
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+# ----------------------------------------------------------------------------- blocks (ring attention)
+
+
+def _block_launch(q, k, causal: bool, scale: float):
+    B, Tq, Tk = q.shape[0], q.shape[1], k.shape[1]
+    spec = Static(scale=scale, causal=causal, window=None, softcap=None, dropout_rate=0.0, return_lse=True)
+    cu_q = jnp.arange(B + 1, dtype=jnp.int32) * Tq
+    cu_k = jnp.arange(B + 1, dtype=jnp.int32) * Tk
+    return cu_q, cu_k, _Static(spec=spec, varlen=False, tuning=Tuning())
+
+
+def attention_block(q, k, v, *, causal: bool, scale: float):
+    """Internal entry point (ring attention): the forward kernel on one block of keys, no VJP.
+
+    q `[B, Tq, H, D]`, k, v `[B, Tk, Hkv, D]`, already validated; causal aligned bottom-right (fa.1).
+    Returns (o float32 `[B, Tq, H, D]`, lse float32 `[B, H, Tq]`): the partial result over these
+    keys, in float32 so that partial results merge (fa.3) without a rounding to q's dtype each.
+    """
+    cu_q, cu_k, static = _block_launch(q, k, causal, scale)
+    _, lse, o_f32 = _forward(q, k, v, None, None, None, None, cu_q, cu_k, None, static, keep_f32=True)
+    return o_f32, lse
+
+
+def attention_block_backward(q, k, v, o, lse, do, *, causal: bool, scale: float):
+    """Internal entry point (ring attention): float32 (dq, dk, dv) of one block of keys.
+
+    o (float32 `[B, Tq, H, D]`) and lse are those of the WHOLE key set, merged over every block
+    (fa.3): then P_ij = exp(s_ij − lse_i) are entries of the full softmax and Delta = rowsum(dO ∘ O)
+    is the full row's, so this block's dk, dv are exact and its dq is its share of the sum (fa.5).
+    """
+    cu_q, cu_k, static = _block_launch(q, k, causal, scale)
+    dq, dk, dv, _, _ = _backward(q, k, v, None, None, None, None, cu_q, cu_k, None, o, lse, do,
+                                 jnp.zeros_like(lse), static, grad_dtype=jnp.float32)
+    return dq, dk, dv
