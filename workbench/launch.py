@@ -259,6 +259,8 @@ def _choose_config(tuner, named_args) -> triton.Config | None:
     return configs[0]
 
 
+_INTERPRETER_LOCK = threading.Lock()
+
 _TORCH_VIEW = {"bfloat16": ("uint16", "bfloat16")}
 
 
@@ -320,6 +322,8 @@ def _run_interpreted(*arrays, kernel, n_args, array_pos, scalars, out_shapes, gr
     launch_grid = grid(meta) if callable(grid) else grid
     launch_grid = (launch_grid,) if isinstance(launch_grid, int) else tuple(launch_grid)
     if all(g > 0 for g in launch_grid):
-        with np.errstate(over="ignore"):  # integer arithmetic wraps on a GPU by definition (hashes rely on it)
+        # One kernel at a time: the interpreter keeps global state (the builder's grid index, its AST
+        # cache), and XLA runs the callbacks of several host devices (shard_map) on parallel threads.
+        with _INTERPRETER_LOCK, np.errstate(over="ignore"):  # integer arithmetic wraps on a GPU (hashes rely on it)
             fn[launch_grid](*call_args, *outs, **meta)
     return tuple(_to_numpy(o, s.dtype) for o, s in zip(outs, out_shapes))
