@@ -1,0 +1,203 @@
+"""Chunked gated linear attention: `workbench.chunk_gla`.
+
+The recurrence of `workbench.recurrent` (forward order, gates g and gk),
+
+    S ← S ⊙ exp(G_t) + k_t v_tᵀ,   G_t[i, j] = g_t + gk_t[i],   o_t = S_tᵀ (scale · q_t),
+
+computed chunk by chunk: the state only at chunk boundaries, attention inside each chunk. Triton
+kernels (`kernels.py`), the pure-JAX reference (`reference.py`) and the derivation (`NOTES.md`).
+This module is the glue: validation, packing, the custom VJP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import triton
+
+from .. import _checks
+from ..launch import triton_call
+from ..recurrent import _validate as _validate_recurrent
+from . import kernels
+from .reference import chunk_gla_ref, chunk_slots, chunked_packed, log_decay
+
+__all__ = ["chunk_gla", "Tuning", "CHUNK_SIZES"]
+
+CHUNK_SIZES = (16, 32, 64)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    """Static choices of the Triton path that do not change the result.
+
+    backward: "triton" runs the backward kernels; "reference" runs `jax.vjp` of the reference
+        instead (on the same packed inputs), so the forward kernels can be tested alone and a wrong
+        gradient bisected.
+    """
+
+    backward: Literal["triton", "reference"] = "triton"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    scale: float
+    chunk_size: int
+    tuning: Tuning
+
+
+def chunk_gla(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, cu_seqlens=None, chunk_size=64,
+              implementation=None, tuning: Tuning | None = None):
+    """Chunked gated linear attention: the recurrence of `workbench.recurrent`, chunk by chunk.
+
+    Args:
+      q, k: `[B, T, H, K]`; v: `[B, T, H, V]` (float32, bfloat16 or float16, one dtype).
+      g: `[B, T, H]`, gk: `[B, T, H, K]`: natural-log decays (≤ 0), optional.
+      scale: multiplies q; None means `K ** -0.5`.
+      initial_state: `[N, H, K, V]` (N = B, or the number of sequences with `cu_seqlens`).
+      cu_seqlens: int32 `[N+1]` bounds of packed sequences (then B must be 1); may be traced.
+      chunk_size: 16, 32 or 64 rows per chunk; T need not be a multiple of it.
+      implementation: None/"triton" (Triton kernels; interpreter on CPU) or "reference" (JAX).
+      tuning: static kernel choices (`Tuning`), for tests and bisecting.
+
+    Returns:
+      `(o, final_state)`: o `[B, T, H, V]` in the dtype of v; final_state `[N, H, K, V]` float32.
+
+    Gradients flow to q, k, v, g, gk and initial_state from both outputs.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, workbench
+      >>> q, k, v = (jax.random.normal(jax.random.key(i), (1, 40, 2, 16)) for i in range(3))
+      >>> gk = -jax.nn.softplus(jax.random.normal(jax.random.key(3), (1, 40, 2, 16)))
+      >>> o, state = workbench.chunk_gla(q, k, v, gk=gk, chunk_size=16)
+      >>> o.shape, state.shape
+      ((1, 40, 2, 16), (1, 2, 16, 16))
+    """
+    impl = _checks.implementation_name(implementation)
+    N = _validate_recurrent(q, k, v, g, None, gk, None, scale, initial_state, cu_seqlens, impl)
+    if isinstance(chunk_size, bool) or chunk_size not in CHUNK_SIZES:
+        raise ValueError(f"chunk_size: expected one of {CHUNK_SIZES}, got {chunk_size!r} (q {tuple(q.shape)})")
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    scale = K ** -0.5 if scale is None else float(scale)
+    if impl == "reference":
+        return chunk_gla_ref(q, k, v, g, gk, scale=scale, initial_state=initial_state, cu_seqlens=cu_seqlens,
+                             chunk_size=chunk_size)
+
+    # Every kernel sees packed sequences; a fixed-length batch is cu_seqlens = arange(B+1)·T.
+    cu = (jnp.arange(B + 1, dtype=jnp.int32) * T if cu_seqlens is None else cu_seqlens.astype(jnp.int32))
+    pack = lambda x: None if x is None else x.reshape(B * T, *x.shape[2:])  # noqa: E731
+    # (gla.1) one per-key log-decay: gk as given when alone, else g broadcast over keys (+ gk) in float32
+    a = pack(gk) if g is None else log_decay(pack(g), pack(gk), (B * T, H, K), jnp.float32)
+    h0 = (jnp.zeros((N, H, K, V), jnp.float32) if initial_state is None
+          else initial_state.astype(jnp.float32))
+    static = _Static(scale=scale, chunk_size=chunk_size, tuning=tuning or Tuning())
+    o, ht = _chunk_gla_packed(pack(q), pack(k), pack(v), a, h0, cu, static)
+    return o.reshape(B, T, H, V), ht
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+def _dims(q, v):
+    """(K, V, BK): the key tile covers all of K, padded to a power of two ≥ 16 (the tl.dot minimum)."""
+    K, V = q.shape[-1], v.shape[-1]
+    return K, V, max(16, triton.next_power_of_2(K))
+
+
+def _f32_dot(q) -> str:
+    """Precision of products the reference keeps in float32: full float32 for float32 inputs, tf32
+    otherwise (its rounding is a quarter of the bfloat16 rounding that follows)."""
+    return "ieee" if q.dtype == jnp.float32 else "tf32"
+
+
+def _bounds(cu, TT: int, BT: int):
+    start, end, *_ = chunk_slots(cu, TT, BT)
+    return jnp.stack([start, end], axis=-1)  # [NS, 2] int32
+
+
+def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
+    """(o, final_state, residuals or None): residuals (b, hs, A) only when a backward will follow."""
+    TT, H, _ = q.shape
+    K, V, BK = _dims(q, v)
+    BT = static.chunk_size
+    N = cu.shape[0] - 1
+    bounds = _bounds(cu, TT, BT)
+    NS = bounds.shape[0]
+    f32 = jnp.float32
+    common = dict(H=H, K=K, BT=BT, BK=BK)
+    b = triton_call(a, bounds, kernel=kernels.chunk_cumsum_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, K), f32),
+                    grid=(NS, H), name="workbench_chunk_gla_cumsum", **common)
+    ht, hs = triton_call(
+        k, v, b, h0, cu, bounds, kernel=kernels.chunk_h_kernel,
+        out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32)],
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), name="workbench_chunk_gla_h",
+        V=V, F32_DOT=_f32_dot(q), **common)
+    o, A = triton_call(
+        q, k, v, b, hs, bounds, kernel=kernels.chunk_o_kernel,
+        out_shape=[jax.ShapeDtypeStruct(v.shape, v.dtype),
+                   jax.ShapeDtypeStruct((TT, H, BT) if save else (0,), v.dtype)],
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), name="workbench_chunk_gla_o",
+        scale=static.scale, V=V, F32_DOT=_f32_dot(q), **common)
+    return o, ht, ((b, hs, A) if save else None)
+
+
+def _backward(q, k, v, b, hs, A, cu, do, dht, static: _Static):
+    """Gradients of (q, k, v, a, h0); da float32."""
+    TT, H, _ = q.shape
+    K, V, BK = _dims(q, v)
+    BT = static.chunk_size
+    N = cu.shape[0] - 1
+    bounds = _bounds(cu, TT, BT)
+    NS = bounds.shape[0]
+    f32 = jnp.float32
+    common = dict(H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
+    dh0, dhs = triton_call(
+        q, do, b, dht, cu, bounds, kernel=kernels.chunk_dh_kernel,
+        out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32)],
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), name="workbench_chunk_gla_dh",
+        scale=static.scale, BK=BK, **common)
+    dv = triton_call(
+        k, do, b, A, dhs, bounds, kernel=kernels.chunk_dv_kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), name="workbench_chunk_gla_dv", BK=BK, **common)
+    dq, dk, da = triton_call(
+        q, k, v, do, b, hs, dhs, bounds, kernel=kernels.chunk_dqkg_kernel,
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
+                   jax.ShapeDtypeStruct((TT, H, K), f32)],
+        grid=lambda meta: (triton.cdiv(K, meta["BK"]), NS, H), name="workbench_chunk_gla_dqkg",
+        scale=static.scale, BV=max(16, triton.next_power_of_2(V)), **common)
+    return dq, dk, dv, da, dh0
+
+
+# ----------------------------------------------------------------------------- custom VJP
+
+
+def _reference_packed(q, k, v, a, h0, cu, static: _Static):
+    return chunked_packed(q, k, v, a, h0, cu, scale=static.scale, chunk_size=static.chunk_size, storage=q.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6,))
+def _chunk_gla_packed(q, k, v, a, h0, cu, static: _Static):
+    o, ht, _ = _forward(q, k, v, a, h0, cu, static, save=False)
+    return o, ht
+
+
+def _chunk_gla_packed_fwd(q, k, v, a, h0, cu, static: _Static):
+    o, ht, residuals = _forward(q, k, v, a, h0, cu, static, save=True)
+    return (o, ht), (q, k, v, a, h0, cu, residuals)
+
+
+def _chunk_gla_packed_bwd(static: _Static, residuals, cotangents):
+    q, k, v, a, h0, cu, (b, hs, A) = residuals
+    do, dht = cotangents
+    if static.tuning.backward == "reference":
+        _, vjp = jax.vjp(lambda q, k, v, a, h0: _reference_packed(q, k, v, a, h0, cu, static), q, k, v, a, h0)
+        return (*vjp((do, dht)), None)
+    dq, dk, dv, da, dh0 = _backward(q, k, v, b, hs, A, cu, do.astype(v.dtype), dht.astype(jnp.float32), static)
+    return dq, dk, dv, (None if a is None else da.astype(a.dtype)), dh0, None
+
+
+_chunk_gla_packed.defvjp(_chunk_gla_packed_fwd, _chunk_gla_packed_bwd)
