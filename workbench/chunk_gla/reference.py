@@ -106,6 +106,7 @@ def _round(x, dtype):
 def chunk_gla_ref(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, cu_seqlens=None,
                   chunk_size: int = 64):
     """The chunkwise form (gla.3–gla.5), same signature and semantics as `workbench.chunk_gla`."""
+    q, k, v, g, gk, initial_state = (None if x is None else jnp.asarray(x) for x in (q, k, v, g, gk, initial_state))
     B, T, H, K = q.shape
     V = v.shape[-1]
     acc = _acc_dtype(q, k, v, g, gk, initial_state)
