@@ -78,7 +78,7 @@ def chunk_gla(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, cu_se
     """
     impl = _checks.implementation_name(implementation)
     N = _validate_recurrent(q, k, v, g, None, gk, None, scale, initial_state, cu_seqlens, impl)
-    if isinstance(chunk_size, bool) or chunk_size not in CHUNK_SIZES:
+    if type(chunk_size) is not int or chunk_size not in CHUNK_SIZES:
         raise ValueError(f"chunk_size: expected one of {CHUNK_SIZES}, got {chunk_size!r} (q {tuple(q.shape)})")
     B, T, H, K = q.shape
     V = v.shape[-1]

@@ -30,8 +30,7 @@ BC = 16  # rows per sub-chunk inside a chunk (the smallest tl.dot tile)
 
 
 def _configs(block: str):
-    return [triton.Config({block: b}, num_warps=w, num_stages=s)
-            for b in (32, 64) for w in (2, 4) for s in (1, 2)]
+    return [triton.Config({block: b}, num_warps=w, num_stages=2) for b in (32, 64) for w in (4, 8)]
 
 
 def _prune(block: str, dim: str):

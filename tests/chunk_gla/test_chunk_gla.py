@@ -1,0 +1,288 @@
+"""Properties of `workbench.chunk_gla`: the Triton kernels against the float64 oracle, the chunkwise
+reference against the recurrent one, and the laws of the recurrence (varlen = a loop over sequences,
+state passing, chunk sizes, every autotune config).
+
+Every comparison covers the forward outputs *and* the gradient of every differentiable input, with
+random cotangents for both `o` and `final_state`. Inputs come from a drawn integer seed
+(`testing.recurrent_inputs`), so one number in a failure report reproduces them. Sizes stay small
+(T ≤ 70, K, V ≤ 64): on a CPU the kernels run in Triton's interpreter.
+"""
+
+import workbench  # noqa: F401  (first: configures Triton's interpreter before triton loads)
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from workbench import launch, strategies, testing
+from workbench.chunk_gla import Tuning, kernels
+from workbench.recurrent.reference import recurrent_ref
+
+DIFFERENTIABLE = ("q", "k", "v", "g", "gk", "initial_state")
+PER_STEP = ("q", "k", "v", "g", "gk")
+GRAD_NAME = {"q": "dq", "k": "dk", "v": "dv", "g": "dg", "gk": "dgk", "initial_state": "dh0"}
+GATE_SETS = st.sampled_from([(), ("g",), ("gk",), ("g", "gk")])
+EXACT = 1e-5  # RMS-relative gap allowed between two float32 evaluations of the same sums
+GATE_EXACT = 1e-4  # gate gradients: sums of terms of both signs, in different orders
+
+pytestmark = pytest.mark.usefixtures("ieee_float32")
+
+oracle_examples = strategies.fewer_examples(6, minimum=1)
+law = strategies.fewer_examples(6, minimum=1)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def inputs_for(seed, B, T, H, K, V, *, dtype=jnp.float32, gates=("gk",), strength=1.0, n_seqs=None):
+    return testing.recurrent_inputs(seed, B, T, H, K, V, dtype=dtype, gates=gates, strength=strength,
+                                    n_seqs=n_seqs)
+
+
+def cotangents(seed, inputs, n_seqs=None):
+    """Random cotangents for (o, final_state), in the dtypes of those outputs."""
+    v, q = inputs["v"], inputs["q"]
+    N = q.shape[0] if n_seqs is None else n_seqs
+    return testing.random_cotangents(seed, (jax.ShapeDtypeStruct(v.shape, v.dtype),
+                                            jax.ShapeDtypeStruct((N, q.shape[2], q.shape[3], v.shape[3]),
+                                                                 jnp.float32)))
+
+
+def _outputs_and_grads(inputs, cts, op=None, **options):
+    op = op or workbench.chunk_gla
+    diff = {n: x for n, x in inputs.items() if n in DIFFERENTIABLE}
+    rest = {n: x for n, x in inputs.items() if n not in DIFFERENTIABLE}
+    (o, ht), pullback = jax.vjp(lambda d: op(**d, **rest, **options), diff)
+    (grads,) = pullback(cts)
+    return {"o": o, "final_state": ht, **{GRAD_NAME[n]: x for n, x in grads.items()}}
+
+
+_jitted = jax.jit(_outputs_and_grads, static_argnames=("op", "implementation", "scale", "chunk_size", "tuning"))
+
+
+def outputs_and_grads(inputs, cts, **options):
+    """{"o", "final_state", "dq", …} under `jax.jit` (`cu_seqlens`, when given, is then traced)."""
+    return _jitted(inputs, cts, **options)
+
+
+def recurrent_outputs_and_grads(inputs, cts):
+    """The definition (`recurrent_ref`) on the same inputs, for chunk ≈ recurrent."""
+    return _jitted(inputs, cts, op=recurrent_ref)
+
+
+def check_against_oracle(inputs, seed, definition=False, **kwargs):
+    """Kernel and same-dtype chunkwise reference against the float64 oracle; hold the budget.
+
+    definition: also check that the float64 chunkwise reference (the oracle) equals the float64
+    recurrent one, and print the recurrent reference's own error in the same dtype beside each row.
+    """
+    n_seqs = None if kwargs.get("cu_seqlens") is None else kwargs["cu_seqlens"].shape[0] - 1
+    cts = cotangents(seed, inputs, n_seqs)
+    kernel = outputs_and_grads(inputs, cts, implementation="triton", **kwargs)
+    reference = outputs_and_grads(inputs, cts, implementation="reference", **kwargs)
+    inputs64, cts64 = testing.to_float64(inputs), testing.to_float64(cts)
+    oracle = outputs_and_grads(inputs64, cts64, implementation="reference", **kwargs)
+    assert kernel["o"].dtype == inputs["v"].dtype and kernel["final_state"].dtype == jnp.float32
+    for name in kernel:
+        assert kernel[name].shape == oracle[name].shape, name
+        assert kernel[name].dtype == reference[name].dtype, name
+    comparisons = [testing.compare(name, kernel[name], reference[name], oracle[name]) for name in kernel]
+    rows = [str(c) for c in comparisons]
+    if definition:
+        rec_kwargs = {n: x for n, x in kwargs.items() if n in ("cu_seqlens", "scale")}
+        exact = recurrent_outputs_and_grads({**inputs64, **rec_kwargs}, cts64)
+        recurrent = recurrent_outputs_and_grads({**inputs, **rec_kwargs}, cts)
+        for name in kernel:
+            gap = testing.rms_rel(oracle[name], exact[name])
+            assert gap <= 1e-12, f"{name}: chunkwise ≠ recurrent in float64 ({gap:.1e})"
+        rows = [f"{r}  recurrent ref {testing.rms_rel(recurrent[c.name], oracle[c.name]):.2e}"
+                for r, c in zip(rows, comparisons)]
+    shapes = {n: tuple(x.shape) for n, x in inputs.items() if hasattr(x, "shape")}
+    print(f"\nchunk_gla vs float64 oracle: seed={seed} {kwargs} {shapes}")
+    print("\n".join(rows))
+    testing.assert_within_budget(comparisons)
+    return kernel
+
+
+def assert_same(actual, expected, tol=EXACT):
+    """Two dicts of results agree name by name (RMS-relative, finite); shapes and dtypes equal."""
+    assert set(actual) == set(expected)
+    for name in expected:
+        a, e = np.asarray(actual[name], np.float64), np.asarray(expected[name], np.float64)
+        assert a.shape == e.shape, f"{name}: shape {a.shape} != {e.shape}"
+        assert actual[name].dtype == expected[name].dtype, f"{name}: {actual[name].dtype} != {expected[name].dtype}"
+        assert np.all(np.isfinite(a)), f"{name}: not finite"
+        limit = max(tol, GATE_EXACT) if name in ("dg", "dgk") else tol
+        err = testing.rms_rel(a, e)
+        assert err <= limit, f"{name}: RMS-relative gap {err:.2e} > {limit:.0e} (max |Δ| {testing.max_abs(a, e):.2e})"
+
+
+# ----------------------------------------------------------------------------- kernel ≈ oracle
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=lambda d: jnp.dtype(d).name)
+@oracle_examples
+@given(seed=strategies.seeds, T=st.sampled_from([1, 17, 40]), H=st.sampled_from([1, 2]),
+       K=st.sampled_from([8, 16, 24]), V=st.sampled_from([8, 20, 32]), gates=GATE_SETS,
+       strength=strategies.gate_strengths, chunk_size=st.sampled_from([16, 32, 64]))
+def test_matches_float64_oracle(dtype, seed, T, H, K, V, gates, strength, chunk_size):
+    inputs = inputs_for(seed, 1, T, H, K, V, dtype=dtype, gates=gates, strength=strength)
+    check_against_oracle(inputs, seed + 1, definition=True, chunk_size=chunk_size)
+
+
+PINNED = {
+    "T1-B2-float16": dict(shape=(2, 1, 1, 16, 16), dtype=jnp.float16),
+    "T70-two-chunks-bf16-K60-V36-scale0.3": dict(shape=(1, 70, 1, 60, 36), dtype=jnp.bfloat16, scale=0.3),
+    "strong-decay-12-H2": dict(shape=(1, 40, 2, 8, 8), strength=12.0, chunk_size=32),
+    "varlen-empty-and-length-1-strong-decay-5-bf16": dict(shape=(1, 37, 1, 8, 12), cu_seqlens=[0, 0, 17, 18, 18, 37],
+                                                          strength=5.0, dtype=jnp.bfloat16, chunk_size=16),
+}
+
+
+@pytest.mark.parametrize("case", PINNED.values(), ids=PINNED.keys())
+def test_pinned_regressions(case):
+    B, T, H, K, V = case["shape"]
+    cu = case.get("cu_seqlens")
+    inputs = inputs_for(7, B, T, H, K, V, dtype=case.get("dtype", jnp.float32), gates=("g", "gk"),
+                        strength=case.get("strength", 1.0), n_seqs=None if cu is None else len(cu) - 1)
+    kwargs = {n: case[n] for n in ("scale", "chunk_size") if n in case}
+    if cu is not None:
+        kwargs["cu_seqlens"] = jnp.asarray(cu, jnp.int32)
+    kernel = check_against_oracle(inputs, 8, **kwargs)
+    if case.get("strength", 1.0) >= 5:  # strong decay: typical log-decays of −5 and below, nothing blows up
+        assert float(jnp.median(inputs["gk"].astype(jnp.float32))) <= -5.0
+        assert all(bool(jnp.all(jnp.isfinite(x.astype(jnp.float32)))) for x in kernel.values())
+
+
+# ----------------------------------------------------------------------------- variable length
+
+
+def check_varlen_loop(seed, bounds, H, K, V, gates, chunk_size, implementation):
+    N, TT = len(bounds) - 1, bounds[-1]
+    inputs = inputs_for(seed, 1, TT, H, K, V, gates=gates, n_seqs=N)
+    cts = cotangents(seed + 1, inputs, N)
+    packed = outputs_and_grads({**inputs, "cu_seqlens": jnp.asarray(bounds, jnp.int32)}, cts,
+                               implementation=implementation, chunk_size=chunk_size)
+    do, dht = cts
+    h0 = inputs["initial_state"]
+    for n, (bos, eos) in enumerate(zip(bounds[:-1], bounds[1:])):
+        if bos == eos:  # an empty sequence passes its state through: S_T = S_0, dS_0 = dS_T
+            np.testing.assert_array_equal(packed["final_state"][n], h0[n])
+            np.testing.assert_array_equal(packed["dh0"][n], dht[n])
+            continue
+        one = {name: x[:, bos:eos] if name in PER_STEP else x for name, x in inputs.items()}
+        one["initial_state"] = h0[n:n + 1]
+        alone = outputs_and_grads(one, (do[:, bos:eos], dht[n:n + 1]), implementation=implementation,
+                                  chunk_size=chunk_size)
+        sliced = {name: (x[n:n + 1] if name in ("final_state", "dh0") else x[:, bos:eos])
+                  for name, x in packed.items()}
+        assert_same(sliced, alone)
+
+
+@law
+@given(seed=strategies.seeds, bounds=strategies.cu_seqlens(max_total=40, max_seqs=4), gates=GATE_SETS,
+       chunk_size=st.sampled_from([16, 32]))
+@example(seed=3, bounds=[0, 0, 1, 19, 19, 36], gates=("g", "gk"), chunk_size=16)
+def test_varlen_equals_per_sequence_loop(seed, bounds, gates, chunk_size):
+    check_varlen_loop(seed, bounds, 1, 8, 12, gates, chunk_size, "triton")
+
+
+def test_reference_varlen_equals_per_sequence_loop():
+    """The reference's chunk slots and state resets are its own code path."""
+    check_varlen_loop(21, [0, 1, 1, 18], 2, 8, 4, ("g", "gk"), 16, "reference")
+
+
+def test_varlen_with_no_tokens_at_all():
+    bounds = jnp.asarray([0, 0, 0], jnp.int32)
+    inputs = inputs_for(5, 1, 0, 2, 8, 8, gates=("g", "gk"), n_seqs=2)
+    cts = cotangents(6, inputs, 2)
+    out = outputs_and_grads({**inputs, "cu_seqlens": bounds}, cts)
+    np.testing.assert_array_equal(out["final_state"], inputs["initial_state"])
+    np.testing.assert_array_equal(out["dh0"], cts[1])
+    assert out["o"].shape == (1, 0, 2, 8)
+
+
+def test_under_jit_with_traced_cu_seqlens():
+    """One jitted function (cu_seqlens traced) serves two packings of the same length."""
+    inputs = inputs_for(13, 1, 24, 1, 8, 12, gates=("gk",), n_seqs=3)
+    cts = cotangents(14, inputs, 3)
+    first, second = (jnp.asarray(bounds, jnp.int32) for bounds in ([0, 5, 5, 24], [0, 1, 18, 24]))
+    jitted = outputs_and_grads({**inputs, "cu_seqlens": first}, cts, chunk_size=16)
+    assert_same(jitted, _outputs_and_grads({**inputs, "cu_seqlens": first}, cts, chunk_size=16))
+    other = outputs_and_grads({**inputs, "cu_seqlens": second}, cts, chunk_size=16)  # same trace, new values
+    assert testing.rms_rel(jitted["o"], other["o"]) > 1e-3
+    assert testing.rms_rel(jitted["final_state"][1], inputs["initial_state"][1]) == 0  # empty in `first` only
+    assert testing.rms_rel(other["final_state"][1], inputs["initial_state"][1]) > 1e-3
+
+
+# ----------------------------------------------------------------------------- laws
+
+
+@law
+@given(seed=strategies.seeds, T=st.sampled_from([20, 40]), gates=GATE_SETS, split=st.sampled_from([0.3, 0.5]),
+       chunk_size=st.sampled_from([16, 32]))
+def test_two_halves_with_state_passing_equal_one_run(seed, T, gates, split, chunk_size):
+    t1 = round(T * split)
+    inputs = inputs_for(seed, 1, T, 2, 8, 12, gates=gates)
+    cts = cotangents(seed + 1, inputs)
+    whole = outputs_and_grads(inputs, cts, chunk_size=chunk_size)
+
+    def two_runs(q, k, v, g=None, gk=None, initial_state=None):
+        steps = dict(q=q, k=k, v=v, g=g, gk=gk)
+        o1, s = workbench.chunk_gla(**{n: None if x is None else x[:, :t1] for n, x in steps.items()},
+                                    initial_state=initial_state, chunk_size=chunk_size)
+        o2, s = workbench.chunk_gla(**{n: None if x is None else x[:, t1:] for n, x in steps.items()},
+                                    initial_state=s, chunk_size=chunk_size)
+        return jnp.concatenate([o1, o2], 1), s
+
+    diff = {n: x for n, x in inputs.items() if n in DIFFERENTIABLE}
+    (o, ht), pullback = jax.vjp(lambda d: two_runs(**d), diff)
+    (grads,) = pullback(cts)
+    assert_same({"o": o, "final_state": ht, **{GRAD_NAME[n]: x for n, x in grads.items()}}, whole)
+
+
+@pytest.mark.parametrize("chunk_size", [16, 32, 64])
+def test_chunk_size_does_not_change_the_result(chunk_size):
+    """T = 45 cuts into 3, 2 and 1 chunks, the last short; every chunking gives the definition."""
+    inputs = inputs_for(15, 1, 45, 1, 16, 8, gates=("g", "gk"))
+    cts = cotangents(16, inputs)
+    chunked = outputs_and_grads(inputs, cts, chunk_size=chunk_size)
+    definition = recurrent_outputs_and_grads(testing.to_float64(inputs), testing.to_float64(cts))
+    assert_same({n: x.astype(jnp.float64) for n, x in chunked.items()}, definition, tol=2e-6)
+
+
+# ----------------------------------------------------------------------------- tuning
+
+AUTOTUNED = {"chunk_h_kernel": "forward", "chunk_o_kernel": "forward", "chunk_dh_kernel": "backward",
+             "chunk_dv_kernel": "backward", "chunk_dqkg_kernel": "backward"}
+
+
+@pytest.fixture(scope="module")
+def tuning_problem():
+    """K = 40 and V = 40 (block sizes 32 and 64 give two blocks, the second partial, and one), and the
+    answer with the backward computed as `jax.vjp` of the reference (`Tuning(backward="reference")`)."""
+    inputs = inputs_for(19, 1, 20, 1, 40, 40, gates=("g", "gk"), strength=5.0)
+    cts = cotangents(20, inputs)
+    return inputs, cts, outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(backward="reference"))
+
+
+@pytest.mark.parametrize("name", AUTOTUNED, ids=AUTOTUNED)
+def test_every_autotune_config_gives_the_same_answer(name, tuning_problem):
+    """Each config of each kernel, the others at their first; backward kernels against the reference's VJP."""
+    kernel = getattr(kernels, name)
+    configs = launch.autotune_configs(kernel)
+    assert len({tuple(c.kwargs.items()) for c in configs}) >= 2
+    inputs, cts, expected = tuning_problem
+    for index, config in enumerate(configs):
+        with launch.interpreter_config(kernel, index):
+            if AUTOTUNED[name] == "forward":
+                o, ht = jax.block_until_ready(workbench.chunk_gla(**inputs, chunk_size=16))
+                got, want = {"o": o, "final_state": ht}, {n: expected[n] for n in ("o", "final_state")}
+            else:
+                got, want = jax.block_until_ready(_outputs_and_grads(inputs, cts, chunk_size=16)), expected
+        for n in want:
+            err = testing.rms_rel(got[n], want[n])
+            assert err <= (GATE_EXACT if n in ("dg", "dgk") else EXACT), f"config {config}: {n} gap {err:.2e}"
