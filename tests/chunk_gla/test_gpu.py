@@ -1,0 +1,74 @@
+"""The compiled kernels on a CUDA GPU, at sizes the interpreter cannot reach (skipped on CPU)."""
+
+import workbench  # noqa: F401  (first: decides compiled vs interpreted Triton)
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from workbench.testing import assert_within_budget, compare, random_cotangents, recurrent_inputs, to_float64
+
+pytestmark = pytest.mark.gpu
+
+GRAD_NAMES = ("q", "k", "v", "g", "gk", "initial_state")
+
+
+def _run(inputs, impl, cotangents, **options):
+    names = [n for n in GRAD_NAMES if n in inputs]
+    fixed = {n: x for n, x in inputs.items() if n not in names}
+
+    @jax.jit
+    def f(primals, cotangents):
+        out, pullback = jax.vjp(lambda *xs: workbench.chunk_gla(**dict(zip(names, xs)), **fixed, **options,
+                                                                implementation=impl), *primals)
+        return out, pullback(cotangents)
+
+    out, grads = f([inputs[n] for n in names], cotangents)
+    return out, dict(zip(names, grads))
+
+
+def _three_way(inputs, cts, **options):
+    with jax.default_matmul_precision("highest"):
+        out_k, grads_k = _run(inputs, "triton", cts, **options)
+        out_r, grads_r = _run(inputs, "reference", cts, **options)
+        out_o, grads_o = _run(to_float64(inputs), "reference", to_float64(cts), **options)
+    rows = [compare("o", out_k[0], out_r[0], out_o[0]), compare("final_state", out_k[1], out_r[1], out_o[1])]
+    rows += [compare("d" + n, grads_k[n], grads_r[n], grads_o[n]) for n in grads_k]
+    print("\n".join(map(str, rows)))
+    assert_within_budget(rows)
+
+
+def _cotangents(seed, B, T, H, K, V, N, dtype):
+    return random_cotangents(seed, (jax.ShapeDtypeStruct((B, T, H, V), dtype),
+                                    jax.ShapeDtypeStruct((N, H, K, V), jnp.float32)))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("gates,strength,chunk_size", [
+    (("gk",), 1.0, 64), (("g", "gk"), 5.0, 32), (("g",), 0.1, 16), ((), 0.0, 64)],
+    ids=["gk-chunk64", "g+gk-strong-chunk32", "g-chunk16", "no-gate"])
+def test_compiled_kernel_within_budget(dtype, gates, strength, chunk_size):
+    B, T, H, K, V = 2, 1000, 3, 64, 100
+    inputs = recurrent_inputs(1, B, T, H, K, V, dtype=dtype, gates=gates, strength=strength)
+    _three_way(inputs, _cotangents(2, B, T, H, K, V, B, dtype), chunk_size=chunk_size)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+def test_compiled_varlen_within_budget(dtype):
+    cu = jnp.array([0, 0, 1, 300, 777, 1024], jnp.int32)
+    inputs = recurrent_inputs(3, 1, 1024, 4, 64, 64, dtype=dtype, gates=("g", "gk"), strength=1.0, n_seqs=5)
+    _three_way(inputs, _cotangents(4, 1, 1024, 4, 64, 64, 5, dtype), cu_seqlens=cu)
+
+
+def test_compiled_head_dims_128_within_budget():
+    inputs = recurrent_inputs(5, 1, 512, 2, 128, 128, dtype=jnp.bfloat16, gates=("gk",), strength=1.0)
+    _three_way(inputs, _cotangents(6, 1, 512, 2, 128, 128, 1, jnp.bfloat16))
+
+
+def test_compiled_target_shape_bf16_within_budget():
+    """The speed target's shape (B=8, T=4096, H=16, K=V=64, gk, bfloat16), gate strength as benchmarked."""
+    B, T, H, K, V = 8, 4096, 16, 64, 64
+    inputs = recurrent_inputs(7, B, T, H, K, V, dtype=jnp.bfloat16, gates=("gk",), strength=0.1,
+                              initial_state=False)
+    cts = _cotangents(8, B, T, H, K, V, B, jnp.bfloat16)
+    _three_way(inputs, cts)
