@@ -7,7 +7,8 @@ so the tests run this script in a subprocess, once per N, with every case for th
 case is a dict: n, implementation, dtype, causal, layout, B, T (local length), H, Hkv, D, seed and
 api ("sharded": `sharded_ring_attention` on global arrays, explicit mesh axes; "shard_map":
 `ring_attention` inside the caller's own `jax.shard_map`, automatic mesh axes, the caller ordering
-a zigzag sequence itself).
+a zigzag sequence itself). A case with "invalid" only makes the call on global arrays of length T
+(here T is global) and returns the ValueError's message.
 
 For each case: the ring's o and its VJP (random cotangent) on the gathered sequence, against the
 float64 oracle (`ring_attention_ref`, i.e. flash attention's reference on the gathered sequence),
@@ -93,6 +94,8 @@ def ring_function(case, mesh):
 
 def run_case(case):
     jax = _setup()
+    if case.get("invalid"):
+        return refusal(case)
     import jax.numpy as jnp
     from jax.sharding import AxisType
 
@@ -138,6 +141,22 @@ def run_case(case):
         "launches": launches,
         "devices": len(jax.devices()),
     }
+
+
+def refusal(case):
+    """The ValueError message of a call whose global length does not split over the mesh, or None."""
+    import jax
+    import jax.numpy as jnp
+
+    import workbench
+
+    mesh = jax.make_mesh((case["n"],), ("sp",))
+    x = jnp.zeros((case["B"], case["T"], case["H"], case["D"]), case["dtype"])
+    try:
+        workbench.sharded_ring_attention(x, x, x, mesh=mesh, axis_name="sp", layout=case["layout"])
+    except ValueError as err:
+        return {"case": case, "error": str(err), "devices": len(jax.devices())}
+    return {"case": case, "error": None, "devices": len(jax.devices())}
 
 
 if __name__ == "__main__":

@@ -39,7 +39,9 @@ CASES = {
         case(2, "triton", "bfloat16", True, "contiguous", 9, api="shard_map", seed=2),
         case(2, "triton", "float32", False, "zigzag", 10, api="shard_map", seed=3),
         case(2, "reference", "float32", True, "contiguous", 7, H=4, Hkv=2, seed=4),
-        case(2, "reference", "float32", False, "contiguous", 8, B=2, seed=5)],
+        case(2, "reference", "float32", False, "contiguous", 8, B=2, seed=5),
+        dict(case(2, "triton", "float32", False, "contiguous", 9), invalid=True),   # T global here
+        dict(case(2, "triton", "float32", False, "zigzag", 10), invalid=True)],
     4: [case(4, "triton", "float32", True, "contiguous", 8, seed=6, flash_same=True),
         case(4, "triton", "float32", True, "zigzag", 6, Hkv=1, api="shard_map", seed=7),
         case(4, "reference", "bfloat16", True, "zigzag", 8, H=4, Hkv=1, seed=8)],
@@ -50,19 +52,27 @@ CASES = {
 
 def case_id(c):
     gqa = f"-gqa{c['H']}:{c['Hkv']}" if c["H"] != c["Hkv"] else ""
+    if c.get("invalid"):
+        return f"n{c['n']}-invalid-{c['layout']}-T{c['T']}"
     return (f"n{c['n']}-{c['implementation']}-{c['dtype']}-{'causal' if c['causal'] else 'full'}-{c['layout']}"
             f"-T{c['T']}{gqa}-{c['api']}")
 
 
-@functools.cache
 def results(n: int) -> dict[str, dict]:
     """Every case of `n` devices, run in one subprocess: {case id: result}."""
+    returncode, stdout, stderr = _run(n)
+    if returncode:
+        raise AssertionError(f"{SCRIPT.name} {n} failed ({returncode}):\n{stderr[-6000:]}")
+    return {case_id(r["case"]): r for r in json.loads(stdout)}
+
+
+@functools.cache
+def _run(n: int):
+    """The subprocess, once per n (its failure too: every test of that n reports it)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     run = subprocess.run([sys.executable, str(SCRIPT), str(n)], input=json.dumps(CASES[n]), capture_output=True,
                          text=True, env=env, cwd=ROOT, timeout=900)
-    if run.returncode:
-        raise AssertionError(f"{SCRIPT.name} {n} failed ({run.returncode}):\n{run.stderr[-6000:]}")
-    return {case_id(r["case"]): r for r in json.loads(run.stdout)}
+    return run.returncode, run.stdout, run.stderr
 
 
 def expected_launches(c) -> int:
@@ -71,7 +81,8 @@ def expected_launches(c) -> int:
     return n * (n + 1) // 2 if c["causal"] and c["layout"] == "contiguous" else n * n
 
 
-ALL = [c for n in sorted(CASES) for c in CASES[n]]
+ALL = [c for n in sorted(CASES) for c in CASES[n] if not c.get("invalid")]
+INVALID = [c for n in sorted(CASES) for c in CASES[n] if c.get("invalid")]
 
 
 @pytest.mark.parametrize("c", ALL, ids=[case_id(c) for c in ALL])
@@ -95,3 +106,12 @@ def test_skipped_blocks_do_not_run(c):
     blocks = expected_launches(c)
     assert r["launches"] == {"flash_fwd_kernel": blocks, "flash_bwd_dkdv_kernel": blocks,
                              "flash_bwd_dq_kernel": blocks}
+
+
+@pytest.mark.parametrize("c", INVALID, ids=[case_id(c) for c in INVALID])
+def test_sequence_must_split_over_the_devices(c):
+    """T = 9 over 2 devices, T = 10 over 2 devices in 4 zigzag chunks: ValueError naming q and T."""
+    r = results(c["n"])[case_id(c)]
+    pieces = c["n"] * (2 if c["layout"] == "zigzag" else 1)
+    assert r["error"] is not None and r["error"].startswith("q:"), r["error"]
+    assert f"T={c['T']}" in r["error"] and f"divisible by {pieces}" in r["error"], r["error"]

@@ -76,6 +76,9 @@ def ring_attention(q, k, v, *, axis_name, causal=False, scale=None, layout="cont
     """
     impl = _checks.implementation_name(implementation)
     scale = _validate(q, k, v, causal=causal, scale=scale, layout=layout, impl=impl)
+    if layout == "zigzag" and q.shape[1] % 2:
+        raise ValueError(f"q: layout 'zigzag' needs an even local length (two equal chunks per device), got "
+                         f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     try:
         n = lax.axis_size(axis_name)
     except (NameError, KeyError, ValueError) as err:
@@ -164,8 +167,6 @@ def _validate(q, k, v, *, causal, scale, layout, impl) -> float:
                          f"the same positions of both), got {shapes}")
     if q.shape[1] == 0:
         raise ValueError(f"q: sequence length must be ≥ 1, got {shapes}")
-    if layout == "zigzag" and q.shape[1] % 2:
-        raise ValueError(f"q: layout 'zigzag' needs an even length (two equal chunks per device), got {shapes}")
     return spec.scale
 
 
