@@ -203,6 +203,46 @@ RECURRENT_QUICK = (
 )
 
 
+# ----------------------------------------------------------------------------- chunk_gla
+
+
+def _chunk_gla_case(name: str, *, B: int = 1, T: int = 40, H: int = 2, K: int = 16, V: int = 16,
+                    gates: Sequence[str] = ("gk",), strength: float = 1.0, chunk_size: int = 16,
+                    seqlens: Sequence[int] | None = None) -> Case:
+    return Case(name, dict(B=B, T=T, H=H, K=K, V=V, gates=tuple(gates), strength=strength, chunk_size=chunk_size,
+                           seqlens=None if seqlens is None else tuple(seqlens)))
+
+
+def _run_chunk_gla(case: Case, dtype: str, implementation: str, want_arrays: Sequence[str]) -> CaseResult:
+    p = case.params
+    seqlens = p["seqlens"]
+    B, T = (1, sum(seqlens)) if seqlens else (p["B"], p["T"])
+    inputs = testing.recurrent_inputs(case.seed, B, T, p["H"], p["K"], p["V"], dtype=jnp.dtype(dtype),
+                                      gates=p["gates"], strength=p["strength"],
+                                      n_seqs=len(seqlens) if seqlens else None)
+    if seqlens:
+        inputs["cu_seqlens"] = jnp.asarray(np.cumsum([0, *seqlens]), jnp.int32)
+    inputs["chunk_size"] = p["chunk_size"]
+    # One XLA program per direction instead of op-by-op dispatch; traced anew for every case, so the op
+    # is looked up at call time (a test can swap in a broken one).
+    op = jax.jit(lambda **kw: workbench.chunk_gla(**kw), static_argnames=("chunk_size", "implementation"))
+    return check_vjp(op, inputs, ("q", "k", "v", "g", "gk", "initial_state"), ("o", "final_state"),
+                     implementation, case.seed, want_arrays)
+
+
+# Small on purpose: each case compiles the chunkwise reference twice and interprets six kernels
+# (~4-8 s per case and dtype on a 2-core CPU).
+CHUNK_GLA_CASES = (
+    _chunk_gla_case("gk_chunk64_two_chunks", T=70, H=1, chunk_size=64),
+    _chunk_gla_case("g_odd_dims_chunk32", T=33, H=1, K=12, V=20, gates=("g",), chunk_size=32),
+    _chunk_gla_case("strong_decay_varlen", H=1, gates=("g", "gk"), strength=5.0, seqlens=(13, 0, 1, 20)),
+)
+
+CHUNK_GLA_QUICK = (
+    _chunk_gla_case("tiny_g+gk", T=20, H=1, K=8, V=8, gates=("g", "gk")),
+)
+
+
 # ----------------------------------------------------------------------------- flash_attention
 
 
@@ -322,6 +362,8 @@ FLASH_QUICK = (
 OPS: dict[str, OpSpec] = {
     "recurrent": OpSpec(run=_run_recurrent, cases=RECURRENT_CASES, quick=RECURRENT_QUICK,
                         map_cases=("all_gates_strong", "tiny_gk")),
+    "chunk_gla": OpSpec(run=_run_chunk_gla, cases=CHUNK_GLA_CASES, quick=CHUNK_GLA_QUICK,
+                        map_cases=("strong_decay", "tiny_g+gk")),
     "flash_attention": OpSpec(run=_run_flash, cases=FLASH_CASES, quick=FLASH_QUICK,
                               map_cases=("everything", "tiny_causal_sinks")),
 }
