@@ -134,3 +134,20 @@ def test_flash_attention_tiny_run_records_flops_and_the_xla_peer(tmp_path, capsy
     if launch.INTERPRET:
         assert statuses["jax.nn.dot_product_attention[cudnn]"].startswith("skipped")
     assert set(next(r for r in rows if r["pass"] == "forward_backward")["errors"]) == {"o", "dq", "dk", "dv"}
+
+
+def test_chunk_gla_tiny_run_compares_with_the_reference(tmp_path, no_fla):
+    """chunk_gla rows: triton and reference agree, every gradient is compared, the fla peer is reported."""
+    assert cli.main(["bench", "--op", "chunk_gla", "--shapes", "tiny", "--iters", "1", "--peers",
+                     "--out", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("chunk_gla-*.json")
+    record = json.loads(path.read_text())
+    assert record["op"] == "chunk_gla" and record["targets_ms"]["target"] == {"forward": 0.72, "forward_backward": 3.0}
+    assert record["peers"] == [{"peer": "fla.ops.gla.chunk_gla", "status": "not installed"}]
+    rows = record["results"]
+    assert {(r["implementation"], r["pass"]) for r in rows} == {
+        (impl, p) for impl in ("triton", "reference") for p in ("forward", "forward_backward")}
+    assert all(r["status"] == "ok" for r in rows)
+    grads = next(r for r in rows if r["implementation"] == "triton" and r["pass"] == "forward_backward")
+    assert set(grads["errors"]) == {"o", "final_state", "dq", "dk", "dv", "dgk"}
+    assert 0 < grads["errors"]["dq"]["rms_rel"] < bench.WRONG_RMS_REL["bfloat16"]

@@ -198,6 +198,55 @@ RECURRENT = OpBench(
                                                                              "forward_backward": 8.0}}},
 )
 
+def _chunk_gla_call(implementation, q, k, v, gk, **options):
+    return workbench.chunk_gla(q, k, v, gk=gk, implementation=implementation, **options)  # looked up per call
+
+
+def _fla_chunk_gla(inputs, cotangents) -> PeerCalls:
+    """flash-linear-attention's `chunk_gla` (its `g` is our per-key log-decay gk) on the same inputs."""
+    import torch
+
+    _torch_triton_cache()
+    from fla.ops.gla import chunk_gla
+
+    def to_torch(x, grad=False):
+        t = torch.from_dlpack(jax.device_put(x, jax.devices()[0])).cuda().contiguous()
+        return t.detach().requires_grad_(grad)
+
+    q, k, v, gk = (to_torch(inputs[n], grad=True) for n in ("q", "k", "v", "gk"))
+    do, dht = (to_torch(c) for c in cotangents)
+
+    def forward():
+        return tuple(chunk_gla(q, k, v, gk, output_final_state=True))
+
+    def forward_backward():
+        o, ht = chunk_gla(q, k, v, gk, output_final_state=True)
+        return (o, ht, *torch.autograd.grad((o, ht), (q, k, v, gk), (do, dht)))
+
+    return PeerCalls(forward=forward, forward_backward=forward_backward, block=lambda _: torch.cuda.synchronize(),
+                     to_numpy=lambda out: [t.detach().float().cpu().numpy() for t in out])
+
+
+CHUNK_GLA = OpBench(
+    shape_sets={
+        "target": (dict(B=8, T=4096, H=16, K=64, V=64),),  # the chunk_gla issue's target
+        # 1k … 16k tokens: the reference's autodiff holds [chunks, 64, 64, H, K] ratio tensors
+        "sweep": tuple(dict(B=1, T=2 ** e, H=16, K=64, V=64) for e in range(10, 15)),
+        "tiny": (dict(B=1, T=40, H=2, K=16, V=16),),
+    },
+    cpu_shape_sets=("tiny",),
+    dtype="bfloat16",
+    inputs=_recurrent_inputs,
+    differentiable=("q", "k", "v", "gk"),
+    outputs=("o", "final_state"),
+    call=_chunk_gla_call,
+    bytes=_recurrent_bytes,
+    peers=(Peer("fla.ops.gla.chunk_gla", "fla", _fla_chunk_gla),),
+    notes={"gates": ["gk"], "gate_strength": 0.1, "chunk_size": 64,
+           "targets_ms": {"target": {"forward": 0.72, "forward_backward": 3.0}}},
+)
+
+
 def _attention_inputs(shape, dtype, seed):
     B, T, H, D = (shape[n] for n in "BTHD")
     ks = jax.random.split(jax.random.key(seed), 3)
@@ -268,7 +317,7 @@ FLASH_ATTENTION = OpBench(
                           "non_causal": {"forward": 1.9, "forward_backward": 6.3}}},
 )
 
-OPS: dict[str, OpBench] = {"recurrent": RECURRENT, "flash_attention": FLASH_ATTENTION}
+OPS: dict[str, OpBench] = {"recurrent": RECURRENT, "chunk_gla": CHUNK_GLA, "flash_attention": FLASH_ATTENTION}
 
 
 # ----------------------------------------------------------------------------- timing
