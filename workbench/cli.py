@@ -16,7 +16,7 @@ from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # reports are written headless
 
-from . import bench, verify  # noqa: E402  (imports workbench first: compiled vs interpreted Triton)
+from . import bench, bench_ring, verify  # noqa: E402  (imports workbench first: compiled vs interpreted Triton)
 
 
 def _verify_parser(subparsers) -> None:
@@ -56,11 +56,14 @@ def _bench_parser(subparsers) -> None:
                     "peers; median/min/p90 ms, GB/s, ratio to the best peer, error vs the reference "
                     "(WRONG above a loose bound). Progress on stderr, a table on stdout, one new JSON file "
                     "per run. On a CPU only the tiny shape sets run (interpreted, timings meaningless).")
-    p.add_argument("--op", choices=sorted(bench.OPS), default="recurrent", help="op to time (default recurrent)")
+    p.add_argument("--op", choices=sorted([*bench.OPS, "ring_attention"]), default="recurrent",
+                   help="op to time (default recurrent); ring_attention: weak scaling over the visible devices "
+                        "(workbench/bench_ring.py; --peers and --implementations do not apply)")
     p.add_argument("--peers", action="store_true", help="also time installed peers (others recorded as absent)")
     p.add_argument("--shapes", default="target", metavar="NAME",
                    help="shape set: " + "; ".join(f"{op}: {', '.join(spec.shape_sets)}"
-                                                  for op, spec in bench.OPS.items()) + " (default target)")
+                                                  for op, spec in bench.OPS.items())
+                        + f"; ring_attention: {', '.join(bench_ring.SHAPE_SETS)} (default target)")
     p.add_argument("--iters", type=int, default=20, metavar="N", help="timed samples after warm-up (default 20)")
     p.add_argument("--reps", type=int, default=1, metavar="R",
                    help="calls per sample, issued back to back before one wait for the device (default 1: "
@@ -74,14 +77,18 @@ def _bench_parser(subparsers) -> None:
 
 def _bench(args: argparse.Namespace, command: str) -> int:
     implementations = [s.strip() for s in args.implementations.split(",") if s.strip()]
+    ring = args.op == "ring_attention"
     try:
-        record = bench.run(args.op, args.shapes, iters=args.iters, reps=args.reps, implementations=implementations,
-                           peers=args.peers, command=command)
+        if ring:
+            record = bench_ring.run(args.shapes, iters=args.iters, reps=args.reps, command=command)
+        else:
+            record = bench.run(args.op, args.shapes, iters=args.iters, reps=args.reps,
+                               implementations=implementations, peers=args.peers, command=command)
         path = bench.write(record, args.out)
     except bench.Refused as exc:
         print(f"workbench bench: refused: {exc}", file=sys.stderr)
         return 2
-    print(bench.table(record))
+    print(bench_ring.table(record) if ring else bench.table(record))
     print(f"\nrecord: {path}")
     return 0
 
