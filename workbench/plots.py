@@ -14,10 +14,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from .testing import Comparison
 
-__all__ = ["error_bars", "error_map", "error_growth", "mask_grid"]
+__all__ = ["error_bars", "error_map", "error_growth", "mask_grid", "block_grid", "grouped_bars", "step_lines"]
 
 KERNEL_COLOR = "tab:blue"
 REFERENCE_COLOR = "tab:orange"
@@ -183,4 +184,81 @@ def mask_grid(masks: Mapping[str, object], ncols: int = 4, title: str = "") -> F
         ax.set_axis_off()
     if title:
         fig.suptitle(title)
+    return fig
+
+
+def block_grid(cells: Sequence[Sequence[tuple[object, str]]], row_name: str = "device",
+               col_name: str = "step", title: str = "") -> Figure:
+    """A grid of small boolean masks: cells[r][c] = (mask [h, w], label), e.g. which query-key pairs
+    device r computes at ring step c. True (computed) is dark; an all-False mask (nothing computed)
+    is hatched, so a skipped block stands out from an empty corner."""
+    nrows, ncols = len(cells), max(len(row) for row in cells)
+    fig = Figure(figsize=(1.3 * ncols + 0.6, 1.3 * nrows + (0.5 if title else 0.2)), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    for r, row in enumerate(cells):
+        for c in range(ncols):
+            ax = axes[r, c]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if c >= len(row):
+                ax.set_axis_off()
+                continue
+            mask, label = row[c]
+            mask = np.asarray(mask, bool)
+            ax.imshow(mask, cmap="Greys", vmin=0, vmax=1.4, interpolation="nearest")
+            if not mask.any():
+                ax.add_patch(_hatch(mask.shape))
+            ax.set_title(label, fontsize="x-small", pad=2)
+            if c == 0:
+                ax.set_ylabel(f"{row_name} {r}", fontsize="small")
+            if r == nrows - 1:
+                ax.set_xlabel(f"{col_name} {c}", fontsize="small")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _hatch(shape):
+    from matplotlib.patches import Rectangle
+
+    h, w = shape
+    return Rectangle((-0.5, -0.5), w, h, fill=False, hatch="///", edgecolor=FAIL_COLOR, lw=0)
+
+
+def grouped_bars(values: Mapping[str, Sequence[float]], labels: Sequence[str], ylabel: str = "",
+                 title: str = "", reference: float | None = None, reference_label: str = "") -> Figure:
+    """Bars per label (x), one bar per series (values: series name → one value per label), with an
+    optional horizontal reference line (e.g. the perfectly balanced share, or a target)."""
+    fig = Figure(figsize=(max(4.0, 0.6 * len(labels) * len(values) + 1.5), 3.2), layout="constrained")
+    ax = fig.subplots()
+    width = 0.8 / max(1, len(values))
+    x = np.arange(len(labels))
+    for i, (name, ys) in enumerate(values.items()):
+        ax.bar(x + (i - (len(values) - 1) / 2) * width, ys, width, label=name)
+    if reference is not None:
+        ax.axhline(reference, color="k", ls="--", lw=1, label=reference_label or None)
+    ax.set_xticks(x, labels, fontsize="small")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize="small", loc="best")
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def step_lines(steps: Sequence[float], lines: Mapping[str, Sequence[float]], final: Mapping[str, float] | None = None,
+               xlabel: str = "step", ylabel: str = "", title: str = "") -> Figure:
+    """One line per series over steps (e.g. a row's running lse as partial results merge), with its
+    final value as a dotted line of the same colour."""
+    fig = Figure(figsize=(5.0, 3.2), layout="constrained")
+    ax = fig.subplots()
+    for name, ys in lines.items():
+        (line,) = ax.plot(steps, ys, marker="o", label=name)
+        if final is not None and name in final:
+            ax.axhline(final[name], color=line.get_color(), ls=":", lw=1)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize="small", loc="best")
+    ax.grid(alpha=0.3)
     return fig

@@ -176,20 +176,11 @@ def test_ring_5(n):
             src = schedule.source(r, s, n)
             block = mask[r * L:(r + 1) * L, src * L:(src + 1) * L]
             kind = schedule.block("contiguous", True, n, r, s)
-            assert np.array_equal(block, _block_mask(kind, L)), (r, s, kind)
+            assert np.array_equal(block, kind.mask(L)), (r, s, kind)
             if src < r:
                 assert not np.array_equal(block, np.tril(np.ones((L, L), bool)))
     for s in range(1, n):
         assert schedule.step_blocks("contiguous", False, s) == (schedule.FULL, schedule.FULL)
-
-
-def _block_mask(kind, L):
-    """The [L, L] pairs the block kind computes (and keeps)."""
-    m = np.zeros((L, L), bool)
-    if kind.skipped:
-        return m
-    m[kind.row_slice(L), kind.key_slice(L)] = True
-    return np.tril(m) if kind.causal else m
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
@@ -228,7 +219,7 @@ def test_ring_7(n):
             src = schedule.source(r, s, n)
             block = mask[r * L:(r + 1) * L, src * L:(src + 1) * L]
             kind = schedule.block("zigzag", True, n, r, s)
-            assert np.array_equal(block, _block_mask(kind, L)), (r, s, kind)
+            assert np.array_equal(block, kind.mask(L)), (r, s, kind)
             assert not kind.skipped
 
 
@@ -247,6 +238,7 @@ def test_ring_8(n):
     assert con.sum() == total
     assert list(con.sum(1)) == [L * (L + 1) // 2 + r * L * L for r in range(n)]
     assert schedule.work("zigzag", False, n, L).sum() == T * T
+    assert all(b.work(L) == b.mask(L).sum() for b in schedule.BLOCKS)
     # the pairs each block computes are the ones the mask allows (no more, no less)
     order = schedule.sequence_order(T, n, "zigzag")
     assert _global_mask(T)[np.ix_(order, order)].sum() == total

@@ -50,6 +50,13 @@ class Block:
             return T * (T + 1) // 2
         return size[self.rows] * size[self.keys]
 
+    def mask(self, T: int) -> np.ndarray:
+        """bool [T, T]: the local query-key pairs this block computes (all False when skipped)."""
+        m = np.zeros((T, T), bool)
+        if not self.skipped:
+            m[self.row_slice(T), self.key_slice(T)] = True
+        return np.tril(m) if self.causal else m
+
     def row_slice(self, T: int) -> slice:
         return _half(self.rows, T)
 
