@@ -153,29 +153,35 @@ def _torch_triton_cache() -> None:
         triton.knobs.cache.dir = os.environ.get("TRITON_CACHE_DIR") or tempfile.mkdtemp(prefix="triton-cache-")
 
 
-def _fla_fused_recurrent_gla(inputs, cotangents) -> PeerCalls:
-    import torch
+def _fla_gla(function: str, gate: str):
+    """A peer setup for flash-linear-attention's `fla.ops.gla.<function>`, the per-key log-decay passed
+    as its argument `gate` (`gk` for fused_recurrent_gla, `g` for chunk_gla)."""
 
-    _torch_triton_cache()
-    from fla.ops.gla import fused_recurrent_gla
+    def setup(inputs, cotangents) -> PeerCalls:
+        import torch
 
-    def to_torch(x, grad=False):
-        t = torch.from_dlpack(jax.device_put(x, jax.devices()[0])).cuda().contiguous()
-        return t.detach().requires_grad_(grad)
+        _torch_triton_cache()
+        fn = getattr(importlib.import_module("fla.ops.gla"), function)
 
-    q, k, v, gk = (to_torch(inputs[n], grad=True) for n in ("q", "k", "v", "gk"))
-    do, dht = (to_torch(c) for c in cotangents)
+        def to_torch(x, grad=False):
+            t = torch.from_dlpack(jax.device_put(x, jax.devices()[0])).cuda().contiguous()
+            return t.detach().requires_grad_(grad)
 
-    def forward():
-        return fused_recurrent_gla(q, k, v, gk=gk, output_final_state=True)
+        q, k, v, gk = (to_torch(inputs[n], grad=True) for n in ("q", "k", "v", "gk"))
+        do, dht = (to_torch(c) for c in cotangents)
 
-    def forward_backward():
-        o, ht = fused_recurrent_gla(q, k, v, gk=gk, output_final_state=True)
-        return (o, ht, *torch.autograd.grad((o, ht), (q, k, v, gk), (do, dht)))
+        def forward():
+            return tuple(fn(q, k, v, **{gate: gk}, output_final_state=True))
 
-    return PeerCalls(forward=lambda: tuple(forward()), forward_backward=forward_backward,
-                     block=lambda _: torch.cuda.synchronize(),
-                     to_numpy=lambda out: [t.detach().float().cpu().numpy() for t in out])
+        def forward_backward():
+            o, ht = forward()
+            return (o, ht, *torch.autograd.grad((o, ht), (q, k, v, gk), (do, dht)))
+
+        return PeerCalls(forward=forward, forward_backward=forward_backward,
+                         block=lambda _: torch.cuda.synchronize(),
+                         to_numpy=lambda out: [t.detach().float().cpu().numpy() for t in out])
+
+    return setup
 
 
 RECURRENT = OpBench(
@@ -193,38 +199,13 @@ RECURRENT = OpBench(
     outputs=("o", "final_state"),
     call=_recurrent_call,
     bytes=_recurrent_bytes,
-    peers=(Peer("fla.ops.gla.fused_recurrent_gla", "fla", _fla_fused_recurrent_gla),),
+    peers=(Peer("fla.ops.gla.fused_recurrent_gla", "fla", _fla_gla("fused_recurrent_gla", "gk")),),
     notes={"gates": ["gk"], "gate_strength": 0.1, "targets_ms": {"target": {"forward": 3.6,
                                                                              "forward_backward": 8.0}}},
 )
 
 def _chunk_gla_call(implementation, q, k, v, gk, **options):
     return workbench.chunk_gla(q, k, v, gk=gk, implementation=implementation, **options)  # looked up per call
-
-
-def _fla_chunk_gla(inputs, cotangents) -> PeerCalls:
-    """flash-linear-attention's `chunk_gla` (its `g` is our per-key log-decay gk) on the same inputs."""
-    import torch
-
-    _torch_triton_cache()
-    from fla.ops.gla import chunk_gla
-
-    def to_torch(x, grad=False):
-        t = torch.from_dlpack(jax.device_put(x, jax.devices()[0])).cuda().contiguous()
-        return t.detach().requires_grad_(grad)
-
-    q, k, v, gk = (to_torch(inputs[n], grad=True) for n in ("q", "k", "v", "gk"))
-    do, dht = (to_torch(c) for c in cotangents)
-
-    def forward():
-        return tuple(chunk_gla(q, k, v, gk, output_final_state=True))
-
-    def forward_backward():
-        o, ht = chunk_gla(q, k, v, gk, output_final_state=True)
-        return (o, ht, *torch.autograd.grad((o, ht), (q, k, v, gk), (do, dht)))
-
-    return PeerCalls(forward=forward, forward_backward=forward_backward, block=lambda _: torch.cuda.synchronize(),
-                     to_numpy=lambda out: [t.detach().float().cpu().numpy() for t in out])
 
 
 CHUNK_GLA = OpBench(
@@ -241,7 +222,7 @@ CHUNK_GLA = OpBench(
     outputs=("o", "final_state"),
     call=_chunk_gla_call,
     bytes=_recurrent_bytes,
-    peers=(Peer("fla.ops.gla.chunk_gla", "fla", _fla_chunk_gla),),
+    peers=(Peer("fla.ops.gla.chunk_gla", "fla", _fla_gla("chunk_gla", "g")),),
     notes={"gates": ["gk"], "gate_strength": 0.1, "chunk_size": 64,
            "targets_ms": {"target": {"forward": 0.72, "forward_backward": 3.0}}},
 )
