@@ -165,20 +165,26 @@ def _global_mask(T):
     return np.tril(np.ones((T, T), bool))
 
 
+def _blocks_as_scheduled(layout, n, L):
+    """Yield (r, s, the causal mask of device r's rows × the keys it holds at step s, the scheduled
+    block), the mask cut from the gathered sequence's causal mask in the layout's device order."""
+    order = schedule.sequence_order(n * L, n, layout)
+    mask = _global_mask(n * L)[np.ix_(order, order)]
+    for r in range(n):
+        for s in range(n):
+            src = schedule.source(r, s, n)
+            yield r, s, mask[r * L:(r + 1) * L, src * L:(src + 1) * L], schedule.block(layout, True, n, r, s)
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
 def test_ring_5(n):
     """Contiguous: the causal mask restricted to device r's rows and shard src's keys is the L × L
     causal mask, all ones, or all zeros, as the schedule says; a causal mask on every step is wrong."""
     L = 3
-    mask = _global_mask(n * L)
-    for r in range(n):
-        for s in range(n):
-            src = schedule.source(r, s, n)
-            block = mask[r * L:(r + 1) * L, src * L:(src + 1) * L]
-            kind = schedule.block("contiguous", True, n, r, s)
-            assert np.array_equal(block, kind.mask(L)), (r, s, kind)
-            if src < r:
-                assert not np.array_equal(block, np.tril(np.ones((L, L), bool)))
+    for r, s, block, kind in _blocks_as_scheduled("contiguous", n, L):
+        assert np.array_equal(block, kind.mask(L)), (r, s, kind)
+        if schedule.source(r, s, n) < r:
+            assert not np.array_equal(block, np.tril(np.ones((L, L), bool)))
     for s in range(1, n):
         assert schedule.step_blocks("contiguous", False, s) == (schedule.FULL, schedule.FULL)
 
@@ -208,19 +214,11 @@ def test_ring_6(n):
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
 def test_ring_7(n):
     """Zigzag: the causal mask restricted to device r's chunks × shard src's chunks is what the
-    block kind computes, at every step."""
-    C = 2
-    T = 2 * n * C
-    order = schedule.sequence_order(T, n, "zigzag")
-    mask = _global_mask(T)[np.ix_(order, order)]  # rows and columns in device order
-    L = 2 * C
-    for r in range(n):
-        for s in range(n):
-            src = schedule.source(r, s, n)
-            block = mask[r * L:(r + 1) * L, src * L:(src + 1) * L]
-            kind = schedule.block("zigzag", True, n, r, s)
-            assert np.array_equal(block, kind.mask(L)), (r, s, kind)
-            assert not kind.skipped
+    block kind computes, at every step, and no step is skipped."""
+    L = 4
+    for r, s, block, kind in _blocks_as_scheduled("zigzag", n, L):
+        assert np.array_equal(block, kind.mask(L)), (r, s, kind)
+        assert not kind.skipped
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
