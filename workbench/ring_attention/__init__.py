@@ -66,13 +66,13 @@ def ring_attention(q, k, v, *, axis_name, causal=False, scale=None, layout="cont
 
     Example:
       >>> import functools, jax, workbench
-      >>> from jax.sharding import PartitionSpec as P
-      >>> mesh = jax.make_mesh((len(jax.devices()),), ("sp",))
+      >>> from jax.sharding import AxisType, PartitionSpec as P
+      >>> mesh = jax.make_mesh((len(jax.devices()),), ("sp",), axis_types=(AxisType.Auto,))
       >>> q, k, v = (jax.random.normal(jax.random.key(i), (1, 8 * mesh.size, 2, 16)) for i in range(3))
       >>> ring = functools.partial(workbench.ring_attention, axis_name="sp", causal=True)
       >>> o = jax.shard_map(ring, mesh=mesh, in_specs=P(None, "sp"), out_specs=P(None, "sp"))(q, k, v)
-      >>> o.shape
-      (1, 16, 2, 16)
+      >>> o.shape == q.shape
+      True
     """
     impl = _checks.implementation_name(implementation)
     scale = _validate(q, k, v, causal=causal, scale=scale, layout=layout, impl=impl)
@@ -101,8 +101,8 @@ def sharded_ring_attention(q, k, v, *, mesh, axis_name, causal=False, scale=None
       >>> mesh = jax.make_mesh((len(jax.devices()),), ("sp",))
       >>> q, k, v = (jax.random.normal(jax.random.key(i), (1, 8 * mesh.size, 2, 16)) for i in range(3))
       >>> o = workbench.sharded_ring_attention(q, k, v, mesh=mesh, axis_name="sp", causal=True, layout="zigzag")
-      >>> o.shape
-      (1, 16, 2, 16)
+      >>> o.shape == q.shape
+      True
     """
     impl = _checks.implementation_name(implementation)
     _validate(q, k, v, causal=causal, scale=scale, layout=layout, impl=impl)
