@@ -11,6 +11,7 @@ subprocess (`multidevice.py`); the tests read its JSON.
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import os
@@ -101,11 +102,21 @@ TRITON = [c for c in ALL if c["implementation"] == "triton"]
 
 @pytest.mark.parametrize("c", TRITON, ids=[case_id(c) for c in TRITON])
 def test_skipped_blocks_do_not_run(c):
-    """One forward kernel per computed block, one of each backward kernel; none for skipped ones."""
+    """One forward kernel per computed block, one of each backward kernel; none for skipped ones.
+    Launches are grouped by pass (flash attention may pick among several forward kernels)."""
     r = results(c["n"])[case_id(c)]
     blocks = expected_launches(c)
-    assert r["launches"] == {"flash_fwd_kernel": blocks, "flash_bwd_dkdv_kernel": blocks,
-                             "flash_bwd_dq_kernel": blocks}
+    by_pass = collections.Counter()
+    for name, count in r["launches"].items():
+        by_pass[_pass_of(name)] += count
+    assert dict(by_pass) == {"forward": blocks, "dkdv": blocks, "dq": blocks}, r["launches"]
+
+
+def _pass_of(kernel_name: str) -> str:
+    for key, pass_ in (("dkdv", "dkdv"), ("bwd_dq", "dq"), ("fwd", "forward")):
+        if key in kernel_name:
+            return pass_
+    return kernel_name
 
 
 @pytest.mark.parametrize("c", INVALID, ids=[case_id(c) for c in INVALID])
