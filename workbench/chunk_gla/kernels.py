@@ -29,8 +29,8 @@ from ..tl_helpers import LOG2E
 BC = 16  # rows per sub-chunk inside a chunk (the smallest tl.dot tile)
 
 
-def _configs(block: str):
-    return [triton.Config({block: b}, num_warps=w, num_stages=2) for b in (32, 64) for w in (4, 8)]
+def _configs(block: str, sizes=(32, 64)):
+    return [triton.Config({block: b}, num_warps=w, num_stages=2) for b in sizes for w in (4, 8)]
 
 
 def _prune(block: str, dim: str):
@@ -193,8 +193,18 @@ def chunk_o_kernel(q, k, v, b, hs, bounds,  # inputs
         b_qn = b_qi * _exp(b_bi - b_bn[None, :])  # [BC, BK]
         b_kn = tl.where(earlier[:, None], b_k * _exp(tl.where(earlier[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
         b_A = tl.dot(b_qn, tl.trans(b_kn), input_precision=F32_DOT) * scale  # [BC, BT]
-        # the sub-chunk's own rows, elementwise: every kept ratio is exp of a number ≤ 0
-        b_Ad = tl.sum(b_qi[:, None, :] * b_ki[None, :, :] * _diagonal_ratio(b_bi, False), axis=2) * scale
+        # the sub-chunk's own rows, elementwise (every kept ratio is exp of a number ≤ 0), 16 keys at a
+        # time so that the [BC, BC, 16] product stays in registers
+        b_Ad = tl.zeros([BC, BC], tl.float32)
+        for i_kk in tl.static_range(BK // 16):
+            o_kk = i_kk * 16 + tl.arange(0, 16)
+            m_kk = o_kk < K
+            b_bs = _tile(b, rows_i, m_i, i_h, o_kk, m_kk, H, K)
+            b_bs = tl.where(m_i[:, None], b_bs, _row(b, end - 1, i_h, o_kk, m_kk, H, K)[None, :])
+            b_Ad += tl.sum(_tile(q, rows_i, m_i, i_h, o_kk, m_kk, H, K)[:, None, :]
+                           * _tile(k, rows_i, m_i, i_h, o_kk, m_kk, H, K)[None, :, :]
+                           * _diagonal_ratio(b_bs, False), axis=2)
+        b_Ad *= scale
         b_qbar = (b_qi * _exp(b_bi) * scale).to(dtype)
         b_vi = tl.load(v + (rows_i[:, None] * H + i_h) * V + o_v[None, :], mask=m_i[:, None] & m_v[None, :],
                        other=0.0)
@@ -279,7 +289,7 @@ def chunk_dv_kernel(k, do, b, A, dhs, bounds,  # inputs
              mask=m_t[:, None] & m_v[None, :])
 
 
-@triton.autotune(configs=_configs("BK"), key=["H", "K", "V", "BT"],
+@triton.autotune(configs=_configs("BK", (16, 32, 64)), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": _prune("BK", "q")})
 @triton.jit
 def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, bounds,  # inputs
