@@ -32,6 +32,9 @@ def main() -> None:
     n = int(sys.argv[1])
     flags = os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n}".strip()
+    # host devices and interpreted Triton on any machine (a GPU machine would otherwise show its GPUs)
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    os.environ["WORKBENCH_INTERPRET"] = "1"
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     cases = json.load(sys.stdin)
     json.dump([run_case(case) for case in cases], sys.stdout)
