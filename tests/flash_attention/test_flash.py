@@ -556,45 +556,62 @@ def test_under_jit_with_traced_cu_seqlens():
 
 # Tq=144, Tk=272, causal, window left 256: row i sees keys i + 128 − 256 … i + 128. For every block
 # shape (BM, BN) in {32, 64, 128}², some BM × BN tiles of the score matrix are entirely visible (a
-# kernel's unmasked range) and some are cut by a mask (its masked ranges, before and after);
+# kernel's unmasked range) and some are cut by a mask (its masked ranges, before and after). The
+# forward's row blocks go up to 256 rows, which need a wider window and more rows (Tq=300, Tk=428,
+# window left 384); it alone runs that case (it has no backward, so the larger case stays cheap).
 # `test_the_config_case_cuts_and_spares_tiles` checks this for the configs the kernels list now.
-CONFIG_CASE = dict(shape=(1, 144, 272, 1, 1, 24), options=dict(causal=True, sliding_window=256))
-KERNELS = {"fwd": kernels.flash_fwd_kernel, "dkdv": kernels.flash_bwd_dkdv_kernel, "dq": kernels.flash_bwd_dq_kernel}
-OUTPUTS = {"fwd": ("o", "lse"), "dkdv": ("dk", "dv"), "dq": ("dq", "dbias")}
+CONFIG_CASES = {
+    "backward": dict(shape=(1, 144, 272, 1, 1, 24), options=dict(causal=True, sliding_window=256)),
+    "fwd": dict(shape=(1, 300, 428, 1, 1, 16), options=dict(causal=True, sliding_window=384)),
+}
+KERNELS = {"fwd-split": kernels.flash_fwd_split_kernel, "fwd-banded": kernels.flash_fwd_banded_kernel,
+           "dkdv": kernels.flash_bwd_dkdv_kernel, "dq": kernels.flash_bwd_dq_kernel}
+OUTPUTS = {"fwd-split": ("o", "lse"), "fwd-banded": ("o", "lse"), "dkdv": ("dk", "dv"), "dq": ("dq", "dbias")}
 
 
-def test_the_config_case_cuts_and_spares_tiles():
-    _, Tq, Tk, *_ = CONFIG_CASE["shape"]
-    options = CONFIG_CASE["options"]
-    allowed = np.asarray(allowed_mask(1, Tq, Tk, causal=options["causal"],
-                                      window=window_of(options["sliding_window"], options["causal"])))[0]
-    for name, kernel in KERNELS.items():
-        for config in launch.autotune_configs(kernel):
-            BM, BN = config.kwargs["BM"], config.kwargs["BN"]
-            tiles = [allowed[m0:m0 + BM, n0:n0 + BN] for m0 in range(0, Tq, BM) for n0 in range(0, Tk, BN)]
-            full = sum(t.shape == (BM, BN) and t.all() for t in tiles)
-            cut = sum(t.any() and not (t.shape == (BM, BN) and t.all()) for t in tiles)
-            assert full and cut, f"{name} {config}: {full} whole visible tiles, {cut} cut ones; enlarge CONFIG_CASE"
-
-
-@pytest.fixture(scope="module")
-def config_case():
-    inputs = inputs_for(47, CONFIG_CASE["shape"], bias="1H")
-    cts = cotangents(48, inputs)
-    options = CONFIG_CASE["options"]
-    oracle = reference_results(testing.to_float64(inputs), testing.to_float64(cts), **options)
-    return inputs, cts, options, oracle
+def case_of(name):
+    return CONFIG_CASES["fwd" if name.startswith("fwd") else "backward"]
 
 
 @pytest.mark.parametrize("name", KERNELS)
-def test_every_autotune_config(name, config_case):
-    """Each config of one kernel (the other two on their default) agrees with the oracle in float32."""
-    inputs, cts, options, oracle = config_case
+def test_the_config_case_cuts_and_spares_tiles(name):
+    case = case_of(name)
+    _, Tq, Tk, *_ = case["shape"]
+    options = case["options"]
+    allowed = np.asarray(allowed_mask(1, Tq, Tk, causal=options["causal"],
+                                      window=window_of(options["sliding_window"], options["causal"])))[0]
+    for config in launch.autotune_configs(KERNELS[name]):
+        BM, BN = config.kwargs["BM"], config.kwargs["BN"]
+        tiles = [allowed[m0:m0 + BM, n0:n0 + BN] for m0 in range(0, Tq, BM) for n0 in range(0, Tk, BN)]
+        full = sum(t.shape == (BM, BN) and t.all() for t in tiles)
+        cut = sum(t.any() and not (t.shape == (BM, BN) and t.all()) for t in tiles)
+        assert full and cut, f"{name} {config}: {full} whole visible tiles, {cut} cut ones; enlarge its case"
+
+
+@pytest.fixture(scope="module")
+def config_cases():
+    cases = {}
+    for key, case in CONFIG_CASES.items():
+        inputs = inputs_for(47, case["shape"], bias="1H")
+        cts = cotangents(48, inputs)
+        oracle = reference_results(testing.to_float64(inputs), testing.to_float64(cts), **case["options"])
+        cases[key] = inputs, cts, case["options"], oracle
+    return cases
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_every_autotune_config(name, config_cases):
+    """Each config of one kernel (the others on their default) agrees with the oracle in float32."""
+    inputs, cts, options, oracle = config_cases["fwd" if name.startswith("fwd") else "backward"]
     kernel = KERNELS[name]
     configs = launch.autotune_configs(kernel)
     assert len(configs) >= 2
-    # the forward alone needs no backward kernel: let the reference's vjp stand in for it
-    tuning = Tuning(backward="reference") if name == "fwd" else None
+    # a forward alone needs no backward kernel: let the reference's vjp stand in for it; the case is
+    # causal, so the split forward is chosen explicitly
+    if name.startswith("fwd"):
+        tuning = Tuning(backward="reference", split_rows=name == "fwd-split")
+    else:
+        tuning = None
     for index, config in enumerate(configs):
         with launch.interpreter_config(kernel, index):
             result = jax.block_until_ready(_kernel_results(inputs, cts, tuning=tuning, **options))

@@ -36,9 +36,13 @@ class Tuning:
 
     backward: "triton" runs the backward kernels; "reference" runs `jax.vjp` of the reference
         instead (on the same dropout mask), so the forward kernel can be tested alone.
+    split_rows: the forward's row blocks in two halves that share each K, V tile (True) or whole
+        (False); None chooses: halves without a causal mask or window, whole blocks with one
+        (kernels.py, FWD_CONFIGS, has the measurements).
     """
 
     backward: Literal["triton", "reference"] = "triton"
+    split_rows: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +151,13 @@ def _packed(x):
     return x.reshape(1, x.shape[0] * x.shape[1], *x.shape[2:])
 
 
+def _forward_kernel(static: _Static):
+    split = static.tuning.split_rows
+    if split is None:
+        split = not static.spec.causal and static.spec.window is None
+    return kernels.flash_fwd_split_kernel if split else kernels.flash_fwd_banded_kernel
+
+
 def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _Static, keep_f32: bool = False):
     """(o, lse, o in float32 or None): the float32 copy only when a backward will follow (fa.5)."""
     B, Tq, H, D = q.shape
@@ -155,7 +166,7 @@ def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _St
     o, lse, o_f32 = triton_call(
         _packed(q), _packed(k), _packed(v), cu_q, cu_k, arrays["bias"], arrays["q_seg"], arrays["kv_seg"],
         arrays["sinks"], arrays["seeds"],
-        kernel=kernels.flash_fwd_kernel,
+        kernel=_forward_kernel(static),
         out_shape=[jax.ShapeDtypeStruct((1, B * Tq, H, D), q.dtype), jax.ShapeDtypeStruct((B, H, Tq), jnp.float32),
                    jax.ShapeDtypeStruct((1, B * Tq, H, D) if keep_f32 else (0,), jnp.float32)],
         grid=lambda m: (triton.cdiv(B * Tq if static.varlen else Tq, m["BM"]), N * H),

@@ -195,64 +195,126 @@ def scores(b_qk, b_bias, scale, softcap, HAS_BIAS: tl.constexpr, SOFTCAP: tl.con
 
 
 @triton.jit
-def _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, lo, hi, Lq, Lk, off, b_bias_base, b_sq,
-               kv_seg_base, seeds, drop_row, drop_col0, keep_threshold,
+def _softmax_step(acc, m_i, l_i, b_q, b_k, b_v, o_i, o_j, Lq, Lk, off, bias_head, row0, col0, TK_OUT,
+                  q_seg_base, b_sk, seeds, drop_row0, keep_threshold, scale, softcap, window_left, window_right,
+                  MASKED: tl.constexpr, F32: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+                  SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                  HAS_SEGMENTS: tl.constexpr):
+    """(fa.2) One key tile for one block of rows o_i: the running max m_i, sum l_i and acc = Σ p v."""
+    if F32:
+        b_qk = tl.dot(b_q, tl.trans(b_k), input_precision="ieee")  # [R, BN]
+    else:
+        b_qk = tl.dot(b_q, tl.trans(b_k))
+    b_bias = 0.0
+    if HAS_BIAS:
+        b_bias = tl.load(bias_head + (row0 + o_i[:, None]).to(tl.int64) * TK_OUT + col0 + o_j[None, :],
+                         mask=(o_i[:, None] < Lq) & (o_j[None, :] < Lk), other=0.0).to(tl.float32)
+    b_x, c, _ = scores(b_qk, b_bias, scale, softcap, HAS_BIAS, SOFTCAP)
+    if MASKED:
+        b_sq = 0
+        if HAS_SEGMENTS:
+            b_sq = tl.load(q_seg_base + o_i, mask=o_i < Lq, other=0)[:, None]
+        m = visible(o_i[:, None], o_j[None, :], Lk, off, window_left, window_right, b_sq, b_sk,
+                    CAUSAL, WINDOW, HAS_SEGMENTS)
+        b_x = tl.where(m, b_x, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(b_x, 1) * c)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen so far
+    else:
+        m_new = tl.maximum(m_i, tl.max(b_x, 1) * c)
+        m_use = m_new
+    b_p = tl.exp2(b_x * c - m_use[:, None])  # [R, BN]
+    alpha = tl.exp2(m_i - m_use)
+    l_i = l_i * alpha + tl.sum(b_p, 1)
+    if DROPOUT:
+        keep = dropout_keep(seeds, (drop_row0 + o_i)[:, None], col0 + o_j[None, :], keep_threshold)
+        b_p = tl.where(keep, b_p, 0.0)
+    acc = acc * alpha[:, None]
+    if F32:
+        acc = tl.dot(b_p, b_v, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(b_p.to(b_v.dtype), b_v, acc)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _fwd_tiles(acc_a, m_a, l_a, acc_b, m_b, l_b, b_qa, b_qb, o_a, o_b, k_base, v_base, lo, hi, reach, Lq, Lk,
+               off, bias_head, row0, col0, TK_OUT, q_seg_base, kv_seg_base, seeds, drop_row0, keep_threshold,
                scale, softcap, window_left, window_right,
                HKV: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr,
                MASKED: tl.constexpr, F32: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
                SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr,
-               HAS_SEGMENTS: tl.constexpr):
-    """(fa.2) Online softmax over key tiles [lo, hi): running max m_i, sum l_i and acc = Σ p v."""
+               HAS_SEGMENTS: tl.constexpr, SPLIT: tl.constexpr):
+    """(fa.2) Key tiles [lo, hi) for the row block, split (SPLIT) into halves a and b or whole (a):
+    each K, V tile is loaded once and feeds two independent online softmaxes, so one half's
+    exponentials can run while the other half's matrix products are in flight. In a masked range a
+    half skips the tiles outside its own reach = (lo_a, hi_a, lo_b, hi_b) (a causal diagonal or a
+    window edge cuts the halves apart)."""
     o_d = tl.arange(0, BD)
     for j0 in range(lo, hi, BN):
         o_j = j0 + tl.arange(0, BN)
         b_k = load_rows(k_base + o_j[:, None] * (HKV * D) + o_d[None, :], o_j, Lk, o_d, D, BD, MASKED)  # [BN, BD]
-        if F32:
-            b_qk = tl.dot(b_q, tl.trans(b_k), input_precision="ieee")  # [BM, BN]
-        else:
-            b_qk = tl.dot(b_q, tl.trans(b_k))
-        b_bias = 0.0
-        if HAS_BIAS:
-            b_bias = tl.load(b_bias_base + o_j[None, :], mask=(o_i[:, None] < Lq) & (o_j[None, :] < Lk),
-                             other=0.0).to(tl.float32)
-        b_x, c, _ = scores(b_qk, b_bias, scale, softcap, HAS_BIAS, SOFTCAP)
-        if MASKED:
-            b_sk = 0
-            if HAS_SEGMENTS:
-                b_sk = tl.load(kv_seg_base + o_j, mask=o_j < Lk, other=0)[None, :]
-            m = visible(o_i[:, None], o_j[None, :], Lk, off, window_left, window_right, b_sq, b_sk,
-                        CAUSAL, WINDOW, HAS_SEGMENTS)
-            b_x = tl.where(m, b_x, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(b_x, 1) * c)
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing seen so far
-        else:
-            m_new = tl.maximum(m_i, tl.max(b_x, 1) * c)
-            m_use = m_new
-        b_p = tl.exp2(b_x * c - m_use[:, None])  # [BM, BN]
-        alpha = tl.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(b_p, 1)
-        if DROPOUT:
-            keep = dropout_keep(seeds, drop_row[:, None], drop_col0 + o_j[None, :], keep_threshold)
-            b_p = tl.where(keep, b_p, 0.0)
-        acc = acc * alpha[:, None]
         b_v = load_rows(v_base + o_j[:, None] * (HKV * D) + o_d[None, :], o_j, Lk, o_d, D, BD, MASKED)  # [BN, BD]
-        if F32:
-            acc = tl.dot(b_p, b_v, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(b_p.to(b_v.dtype), b_v, acc)
-        m_i = m_new
-    return acc, m_i, l_i
+        b_sk = 0
+        if MASKED and HAS_SEGMENTS:
+            b_sk = tl.load(kv_seg_base + o_j, mask=o_j < Lk, other=0)[None, :]
+        lo_a, hi_a, lo_b, hi_b = reach
+        if (not MASKED) or ((j0 >= lo_a) & (j0 < hi_a)):
+            acc_a, m_a, l_a = _softmax_step(acc_a, m_a, l_a, b_qa, b_k, b_v, o_a, o_j, Lq, Lk, off, bias_head, row0,
+                                            col0, TK_OUT, q_seg_base, b_sk, seeds, drop_row0, keep_threshold, scale,
+                                            softcap, window_left, window_right, MASKED, F32, CAUSAL, WINDOW, SOFTCAP,
+                                            DROPOUT, HAS_BIAS, HAS_SEGMENTS)
+        if SPLIT and ((not MASKED) or ((j0 >= lo_b) & (j0 < hi_b))):
+            acc_b, m_b, l_b = _softmax_step(acc_b, m_b, l_b, b_qb, b_k, b_v, o_b, o_j, Lq, Lk, off, bias_head, row0,
+                                            col0, TK_OUT, q_seg_base, b_sk, seeds, drop_row0, keep_threshold, scale,
+                                            softcap, window_left, window_right, MASKED, F32, CAUSAL, WINDOW, SOFTCAP,
+                                            DROPOUT, HAS_BIAS, HAS_SEGMENTS)
+    return acc_a, m_a, l_a, acc_b, m_b, l_b
 
 
-FWD_CONFIGS = [
-    triton.Config({"BM": BM, "BN": BN}, num_warps=w, num_stages=s)
-    # H200, bf16 B=4 T=4096 H=16 D=128, one config at a time, ms per call of 50 issued back to back
-    # (non-causal / causal; cuDNN 0.86 / 0.55): (128, 64, 8, 3) 1.15 / 0.68, (128, 64, 8, 4) 1.18 / 0.70,
-    # (128, 128, 8, 3) 1.23 / 0.69, (64, 64, 4, 3) 1.28 / 0.78, (64, 64, 8, 3) 1.96 / 1.37,
-    # (64, 128, 8, 3) 2.14 / 1.21; (128, 128, 8, 4) needs 288 KiB of shared memory.
-    # (64, 32, 4, 2) is the fallback that fits D = 256.
-    for BM, BN, w, s in [(128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3), (64, 32, 4, 2)]
-]
+@triton.jit
+def _fwd_init(sinks, i_h, R: tl.constexpr, BD: tl.constexpr, HAS_SINKS: tl.constexpr):
+    """(fa.1) Running max, sum and accumulator before the first key; a sink joins the denominator as
+    a logit with no value."""
+    if HAS_SINKS:
+        sink2 = tl.load(sinks + i_h).to(tl.float32) * LOG2E
+        m_i = tl.zeros([R], tl.float32) + sink2
+        l_i = tl.where(m_i == float("-inf"), 0.0, 1.0)
+    else:
+        m_i = tl.full([R], float("-inf"), tl.float32)
+        l_i = tl.zeros([R], tl.float32)
+    return tl.zeros([R, BD], tl.float32), m_i, l_i
+
+
+@triton.jit
+def _fwd_store(acc, m_i, l_i, o_i, o, lse, o_f32, o_head, lse_head, Lq, inv_keep,
+               H: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, KEEP_F32: tl.constexpr):
+    """o and lse of one block of rows; (fa.10) a row that saw nothing has l = 0: o = 0, lse = −inf."""
+    o_d = tl.arange(0, BD)
+    l_safe = tl.where(l_i > 0.0, l_i, 1.0)
+    b_o = acc * (inv_keep / l_safe)[:, None]
+    b_lse = (m_i + tl.log2(l_i)) * LN2  # (fa.4)
+    o_off = o_head + o_i[:, None] * (H * D) + o_d[None, :]
+    m_store = (o_i < Lq)[:, None]
+    if BD != D:
+        m_store = m_store & (o_d < D)[None, :]
+    tl.store(o + o_off, b_o.to(o.dtype.element_ty), mask=m_store)
+    if KEEP_F32:  # (fa.5) for the backward's Delta: rowsum(dO ∘ O) of the unrounded O
+        tl.store(o_f32 + o_off, b_o, mask=m_store)
+    tl.store(lse + lse_head + o_i, b_lse, mask=o_i < Lq)
+
+
+def _fwd_configs(split: bool, blocks):
+    return [triton.Config({"BM": BM, "BN": BN, "SPLIT": split}, num_warps=w, num_stages=s) for BM, BN, w, s in blocks]
+
+
+# H200, bf16 B=4 T=4096 H=16 D=128, ms per call of 10 issued back to back, non-causal / causal, cuDNN
+# 0.95–0.99 / 0.56–0.59 in the same runs. Rows split in two halves: (256, 64, 8, 3) 1.10–1.20 / 0.77;
+# whole blocks: (128, 64, 8, 3) 1.20 / 0.71, (128, 128, 8, 3) 1.18–1.20 / 0.69–0.70, (128, 64, 8, 2)
+# 1.53 / 0.92, (256, 64, 16, 2) 1.44 / 0.88; halves of 64 rows: (128, 64, 8, 3) 2.28. With a causal
+# mask (or a window) the halves see different key ranges and the split loses; there the whole blocks
+# run, last block first. (64, 32, 4, 2) is the fallback that fits D = 256 and float32.
+FWD_CONFIGS = _fwd_configs(True, [(256, 64, 8, 3), (128, 64, 8, 3)]) + _fwd_configs(False, [(64, 32, 4, 2)])
+FWD_BANDED_CONFIGS = _fwd_configs(False, [(128, 128, 8, 3), (128, 64, 8, 3), (64, 32, 4, 2)])
 
 
 def _head_block(named_args) -> int:
@@ -273,8 +335,6 @@ def _prune_large_heads(configs, named_args, **kwargs):
     return configs[:1]
 
 
-@triton.autotune(configs=FWD_CONFIGS, key=["H", "HKV", "D", "CAUSAL", "WINDOW", "SOFTCAP", "DROPOUT", "F32"],
-                 prune_configs_by={"early_config_prune": _prune_large_heads})
 @triton.heuristics({"HAS_BIAS": given("bias"), "HAS_SEGMENTS": given("q_seg"), "HAS_SINKS": given("sinks")})
 @triton.jit
 def flash_fwd_kernel(q, k, v, cu_q, cu_k, bias, q_seg, kv_seg, sinks, seeds,
@@ -285,10 +345,13 @@ def flash_fwd_kernel(q, k, v, cu_q, cu_k, bias, q_seg, kv_seg, sinks, seeds,
                      CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
                      DROPOUT: tl.constexpr, VARLEN: tl.constexpr, F32: tl.constexpr, KEEP_F32: tl.constexpr,
                      HAS_BIAS: tl.constexpr, HAS_SEGMENTS: tl.constexpr, HAS_SINKS: tl.constexpr,
-                     BM: tl.constexpr, BN: tl.constexpr):
-    """o and lse for query rows [i_m·BM, i_m·BM + BM) of one (sequence, head); with KEEP_F32 also o
-    in float32 (before rounding to o's dtype), which a backward will follow."""
-    i_m, i_nh = tl.program_id(0), tl.program_id(1)
+                     BM: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr):
+    """o and lse for query rows [m0, m0 + BM) of one (sequence, head), with SPLIT in two halves of
+    BM / 2 rows that share every K, V tile; with KEEP_F32 also o in float32 (before rounding to o's
+    dtype), which a backward will follow. Row blocks run last-first: under a causal mask the late
+    blocks have the most keys, and starting them first shortens the tail of the launch."""
+    i_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    i_nh = tl.program_id(1)
     i_n, i_h = i_nh // H, i_nh % H
     i_hk = i_h // (H // HKV)
     bos_q, bos_k, Lq, Lk, i_b, row0, col0 = sequence_pair(cu_q, cu_k, i_n, VARLEN)
@@ -296,58 +359,57 @@ def flash_fwd_kernel(q, k, v, cu_q, cu_k, bias, q_seg, kv_seg, sinks, seeds,
     if m0 >= Lq:
         return
     off = Lk - Lq
+    HALF: tl.constexpr = BM // 2 if SPLIT else BM
 
-    o_i = m0 + tl.arange(0, BM)
+    o_a = m0 + tl.arange(0, HALF)
+    o_b = o_a + HALF
     o_d = tl.arange(0, BD)
     q_base = q + (bos_q * H + i_h) * D
-    b_q = load_rows(q_base + o_i[:, None] * (H * D) + o_d[None, :], o_i, Lq, o_d, D, BD, True)  # [BM, BD]
+    b_qa = load_rows(q_base + o_a[:, None] * (H * D) + o_d[None, :], o_a, Lq, o_d, D, BD, True)  # [BM/2, BD]
+    if SPLIT:
+        b_qb = load_rows(q_base + o_b[:, None] * (H * D) + o_d[None, :], o_b, Lq, o_d, D, BD, True)  # [BM/2, BD]
+    else:
+        b_qb = b_qa
     k_base = k + (bos_k * HKV + i_hk) * D
     v_base = v + (bos_k * HKV + i_hk) * D
+    bias_head = bias + i_b * bias_stride_b + i_h * bias_stride_h
+    drop_row0 = (i_b * H + i_h) * TQ_OUT + row0  # (fa.11) counters of dropout.py
 
-    b_bias_base = bias
-    if HAS_BIAS:
-        b_bias_base = (bias + i_b * bias_stride_b + i_h * bias_stride_h
-                       + (row0 + o_i[:, None]).to(tl.int64) * TK_OUT + col0)
-    b_sq = 0
-    if HAS_SEGMENTS:
-        b_sq = tl.load(q_seg + bos_q + o_i, mask=o_i < Lq, other=0)[:, None]
-    drop_row = (i_b * H + i_h) * TQ_OUT + row0 + o_i  # (fa.11) counters of dropout.py
-
-    if HAS_SINKS:  # (fa.1) the sink joins the denominator as a logit with no value
-        sink2 = tl.load(sinks + i_h).to(tl.float32) * LOG2E
-        m_i = tl.zeros([BM], tl.float32) + sink2
-        l_i = tl.where(m_i == float("-inf"), 0.0, 1.0)
-    else:
-        m_i = tl.full([BM], float("-inf"), tl.float32)
-        l_i = tl.zeros([BM], tl.float32)
-    acc = tl.zeros([BM, BD], tl.float32)
-
+    acc_a, m_a, l_a = _fwd_init(sinks, i_h, HALF, BD, HAS_SINKS)
+    acc_b, m_b, l_b = _fwd_init(sinks, i_h, HALF, BD, HAS_SINKS)
     lo, a, b, hi = key_tiles(m0, Lk, off, window_left, window_right, BM, BN, CAUSAL, WINDOW, HAS_SEGMENTS)
-    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, lo, a, Lq, Lk, off, b_bias_base, b_sq,
-                               kv_seg + bos_k, seeds, drop_row, col0, keep_threshold,
-                               scale, softcap, window_left, window_right, HKV, D, BD, BN, True, F32,
-                               CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
-    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, a, b, Lq, Lk, off, b_bias_base, b_sq,
-                               kv_seg + bos_k, seeds, drop_row, col0, keep_threshold,
-                               scale, softcap, window_left, window_right, HKV, D, BD, BN, False, F32,
-                               CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
-    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, b_q, k_base, v_base, o_i, b, hi, Lq, Lk, off, b_bias_base, b_sq,
-                               kv_seg + bos_k, seeds, drop_row, col0, keep_threshold,
-                               scale, softcap, window_left, window_right, HKV, D, BD, BN, True, F32,
-                               CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
+    lo_a, _, _, hi_a = key_tiles(m0, Lk, off, window_left, window_right, HALF, BN, CAUSAL, WINDOW, HAS_SEGMENTS)
+    lo_b, _, _, hi_b = key_tiles(m0 + HALF, Lk, off, window_left, window_right, HALF, BN, CAUSAL, WINDOW,
+                                 HAS_SEGMENTS)
+    reach = (lo_a, hi_a, lo_b, hi_b)
+    acc_a, m_a, l_a, acc_b, m_b, l_b = _fwd_tiles(
+        acc_a, m_a, l_a, acc_b, m_b, l_b, b_qa, b_qb, o_a, o_b, k_base, v_base, lo, a, reach, Lq, Lk, off,
+        bias_head, row0, col0, TK_OUT, q_seg + bos_q, kv_seg + bos_k, seeds, drop_row0, keep_threshold,
+        scale, softcap, window_left, window_right, HKV, D, BD, BN, True, F32,
+        CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS, SPLIT)
+    acc_a, m_a, l_a, acc_b, m_b, l_b = _fwd_tiles(
+        acc_a, m_a, l_a, acc_b, m_b, l_b, b_qa, b_qb, o_a, o_b, k_base, v_base, a, b, reach, Lq, Lk, off,
+        bias_head, row0, col0, TK_OUT, q_seg + bos_q, kv_seg + bos_k, seeds, drop_row0, keep_threshold,
+        scale, softcap, window_left, window_right, HKV, D, BD, BN, False, F32,
+        CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS, SPLIT)
+    acc_a, m_a, l_a, acc_b, m_b, l_b = _fwd_tiles(
+        acc_a, m_a, l_a, acc_b, m_b, l_b, b_qa, b_qb, o_a, o_b, k_base, v_base, b, hi, reach, Lq, Lk, off,
+        bias_head, row0, col0, TK_OUT, q_seg + bos_q, kv_seg + bos_k, seeds, drop_row0, keep_threshold,
+        scale, softcap, window_left, window_right, HKV, D, BD, BN, True, F32,
+        CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS, SPLIT)
 
-    # (fa.10) a row that saw nothing has l = 0: o = 0 and lse = −inf
-    l_safe = tl.where(l_i > 0.0, l_i, 1.0)
-    b_o = acc * (inv_keep / l_safe)[:, None]
-    b_lse = (m_i + tl.log2(l_i)) * LN2  # (fa.4)
-    o_off = (bos_q * H + i_h) * D + o_i[:, None] * (H * D) + o_d[None, :]
-    m_store = (o_i < Lq)[:, None]
-    if BD != D:
-        m_store = m_store & (o_d < D)[None, :]
-    tl.store(o + o_off, b_o.to(o.dtype.element_ty), mask=m_store)
-    if KEEP_F32:  # (fa.5) for the backward's Delta: rowsum(dO ∘ O) of the unrounded O
-        tl.store(o_f32 + o_off, b_o, mask=m_store)
-    tl.store(lse + (i_b * H + i_h) * TQ_OUT + row0 + o_i, b_lse, mask=o_i < Lq)
+    o_head = (bos_q * H + i_h) * D
+    lse_head = (i_b * H + i_h) * TQ_OUT + row0
+    _fwd_store(acc_a, m_a, l_a, o_a, o, lse, o_f32, o_head, lse_head, Lq, inv_keep, H, D, BD, KEEP_F32)
+    if SPLIT:
+        _fwd_store(acc_b, m_b, l_b, o_b, o, lse, o_f32, o_head, lse_head, Lq, inv_keep, H, D, BD, KEEP_F32)
+
+
+_FWD_KEY = ["H", "HKV", "D", "CAUSAL", "WINDOW", "SOFTCAP", "DROPOUT", "F32"]
+flash_fwd_split_kernel = triton.autotune(configs=FWD_CONFIGS, key=_FWD_KEY,
+                                         prune_configs_by={"early_config_prune": _prune_large_heads})(flash_fwd_kernel)
+flash_fwd_banded_kernel = triton.autotune(configs=FWD_BANDED_CONFIGS, key=_FWD_KEY,
+                                          prune_configs_by={"early_config_prune": _prune_large_heads})(flash_fwd_kernel)
 
 
 # ----------------------------------------------------------------------------- backward: dK, dV
