@@ -11,7 +11,6 @@ definition does not return come from a NumPy loop of (gla.1) (itself checked aga
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

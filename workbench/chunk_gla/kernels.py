@@ -186,7 +186,8 @@ def chunk_o_kernel(q, k, v, b, hs, bounds,  # inputs
     p_h = hs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :]
     b_h = tl.load(p_h, mask=m_k[:, None] & m_v[None, :], other=0.0).to(dtype)  # [BK, BV]
     for i_sub in tl.static_range(BT // BC):
-        rows_i, m_i, b_qi, b_ki, b_bi, b_k, b_b, b_bn, b_bm = _intra_tiles(q, k, b, i_sub, start, end, i_h, o_k, m_k, H, K, BT)
+        rows_i, m_i, b_qi, _, b_bi, b_k, b_b, b_bn, _ = _intra_tiles(q, k, b, i_sub, start, end, i_h, o_k, m_k,
+                                                                     H, K, BT)
         # (gla.6) earlier sub-chunks through the reference row n = the sub-chunk's first row:
         # exp(b_r − b_n) ≤ 1 for r ≥ n and exp(b_n − b_s) ≤ 1 for s < n.
         earlier = o_t < i_sub * BC
@@ -336,7 +337,8 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, bounds,  # inputs
     b_tail = tl.zeros([BK], tl.float32)  # Σ of P over the later sub-chunks
     for i_rev in tl.static_range(BT // BC):
         i_sub = BT // BC - 1 - i_rev
-        rows_i, m_i, b_qi, b_ki, b_bi, b_k, b_b, b_bn, b_bm = _intra_tiles(q, k, b, i_sub, start, end, i_h, o_k, m_k, H, K, BT)
+        rows_i, m_i, b_qi, b_ki, b_bi, b_k, b_b, b_bn, b_bm = _intra_tiles(q, k, b, i_sub, start, end, i_h, o_k,
+                                                                           m_k, H, K, BT)
         b_q = _tile(q, rows, m_t, i_h, o_k, m_k, H, K)
         b_vi = tl.load(v + (rows_i[:, None] * H + i_h) * V + o_v[None, :], mask=m_i[:, None] & m_v[None, :],
                        other=0.0)

@@ -18,7 +18,6 @@ dtype of the inputs and accumulates in float32, as a bfloat16 training step does
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
