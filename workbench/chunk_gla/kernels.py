@@ -285,7 +285,8 @@ def chunk_dv_kernel(k, do, b, A, dhs, bounds,  # inputs
     b_khat = (b_k * _exp(b_bL[None, :] - b_b)).to(b_do.dtype).to(tl.float32)  # as the forward rounded it
     b_dh = tl.load(dhs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
                    mask=m_k[:, None] & m_v[None, :], other=0.0)  # [BK, BV]
-    b_dv = tl.dot(tl.trans(b_A.to(b_do.dtype)), b_do, input_precision=F32_DOT) + tl.dot(b_khat, b_dh, input_precision=F32_DOT)
+    b_dv = (tl.dot(tl.trans(b_A.to(b_do.dtype)), b_do, input_precision=F32_DOT)
+            + tl.dot(b_khat, b_dh, input_precision=F32_DOT))
     tl.store(dv + (rows[:, None] * H + i_h) * V + o_v[None, :], b_dv.to(dv.dtype.element_ty),
              mask=m_t[:, None] & m_v[None, :])
 
