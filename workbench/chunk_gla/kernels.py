@@ -26,7 +26,7 @@ import triton.language as tl
 from ..launch import given
 from ..tl_helpers import LOG2E
 
-BC = 16  # rows per sub-chunk inside a chunk (the smallest tl.dot tile)
+BC = tl.constexpr(16)  # rows per sub-chunk inside a chunk (the smallest tl.dot tile)
 
 
 def _configs(block: str, sizes=(32, 64)):
