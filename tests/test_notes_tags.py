@@ -38,6 +38,32 @@ def _test_names(path: Path) -> set[str]:
     return names
 
 
+def _slow_tests(path: Path) -> set[str]:
+    """Test names (as `_test_names` gives them) marked `slow`, which the CI run leaves out: by a
+    decorator `@pytest.mark.slow` (called or not), or by a module- or class-level `pytestmark`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+    def is_slow(node) -> bool:
+        node = node.func if isinstance(node, ast.Call) else node
+        return isinstance(node, ast.Attribute) and node.attr == "slow"
+
+    def marked(body) -> bool:
+        return any(isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in n.targets)
+                   and any(is_slow(x) for x in ast.walk(n.value)) for n in body)
+
+    names, module_slow = set(), marked(tree.body)
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if module_slow or any(is_slow(d) for d in node.decorator_list):
+                names.add(node.name)
+        elif isinstance(node, ast.ClassDef):
+            class_slow = module_slow or marked(node.body) or any(is_slow(d) for d in node.decorator_list)
+            names.update(f"{node.name}::{item.name}" for item in node.body
+                         if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                         and (class_slow or any(is_slow(d) for d in item.decorator_list)))
+    return names
+
+
 def _check_error(root: Path, path: str, name: str, where: str) -> str | None:
     file = root / path
     if not file.is_file():
@@ -46,6 +72,8 @@ def _check_error(root: Path, path: str, name: str, where: str) -> str | None:
         return f"{where}: {name} is not a test (pytest collects only test* names)"
     if name not in _test_names(file):
         return f"{where}: {path} has no test function {name}"
+    if name in _slow_tests(file):
+        return f"{where}: {path}::{name} is marked slow, so the CI run (-m 'not slow') never runs it"
     return None
 
 
@@ -122,6 +150,15 @@ def test_tags_cited_in_code_are_defined(notes):
     assert not missing, "\n".join(missing)
 
 
+def test_every_config_test_runs_in_ci():
+    """Every kernel config is exercised in CI: no `test_every*config*` test is marked slow."""
+    tests = sorted((ROOT / "tests").rglob("test_*.py"))
+    configs = {(p, n) for p in tests for n in _test_names(p) if re.fullmatch(r"(\w+::)?test_every\w*config\w*", n)}
+    assert configs, "no test_every*config* test found"
+    slow = [f"{p.relative_to(ROOT)}::{n}" for p, n in sorted(configs) if n in _slow_tests(p)]
+    assert not slow, f"marked slow (left out of CI): {slow}"
+
+
 # ----------------------------------------------------------------------------- the checker can fail
 
 
@@ -144,6 +181,15 @@ def _write(tmp_path, notes: str, tests: str = "def test_x_1():\n    pass\n") -> 
 def test_checker_reports(tmp_path, notes, problem):
     errors, _ = notes_errors(_write(tmp_path, notes), root=tmp_path)
     assert any(problem in e for e in errors), errors
+
+
+@pytest.mark.parametrize("tests", [
+    "import pytest\n\n@pytest.mark.slow\ndef test_x_1():\n    pass\n",
+    "import pytest\npytestmark = [pytest.mark.slow]\n\ndef test_x_1():\n    pass\n",
+], ids=["decorator", "pytestmark"])
+def test_checker_reports_a_slow_check(tmp_path, tests):
+    errors, _ = notes_errors(_write(tmp_path, "**(x.1)** a = b\ncheck: t.py::test_x_1\n", tests), root=tmp_path)
+    assert any("marked slow" in e for e in errors), errors
 
 
 def test_checker_accepts(tmp_path):
