@@ -34,9 +34,11 @@ GATE_EXACT = 2e-4
 pytestmark = pytest.mark.usefixtures("ieee_float32")
 
 
-no_shrink = strategies.fewer_examples()
+# The oracle property: half the profile's examples per dtype, at least 3 (each example compiles three
+# VJPs; the pinned cases and the gate sweep below hold the oracle budget on fixed problems too).
+half = strategies.fewer_examples(2, minimum=3)
 # The laws below compare the kernel with itself under a transformation; a third of the profile's
-# examples each (the oracle property keeps them all).
+# examples each.
 law = strategies.fewer_examples(3, minimum=2)
 
 
@@ -129,9 +131,8 @@ def flip_time(inputs):
 # ----------------------------------------------------------------------------- kernel ≈ oracle
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=lambda d: jnp.dtype(d).name)
-@no_shrink
+@half
 @given(seed=strategies.seeds, shape=small_shapes(fast_oracle_seq_lens), gates=strategies.gate_sets,
        strength=strategies.gate_strengths, reverse=st.booleans())
 def test_matches_float64_oracle(dtype, seed, shape, gates, strength, reverse):
