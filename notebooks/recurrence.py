@@ -277,8 +277,8 @@ print(f"two halves vs one run, state: {testing.rms_rel(S_b, S_full):.1e}")
 
 # %%
 cases = {
-    "fixed length": (testing.recurrent_inputs(4, 2, 33, 2, 12, 20, gates=("g", "g_gamma", "gk", "gv")), {}),
-    "fixed, reverse": (testing.recurrent_inputs(5, 2, 33, 2, 12, 20, gates=("g", "g_gamma", "gk", "gv")),
+    "fixed length": (testing.recurrent_inputs(4, 2, 17, 2, 12, 20, gates=("g", "g_gamma", "gk", "gv")), {}),
+    "fixed, reverse": (testing.recurrent_inputs(5, 2, 17, 2, 12, 20, gates=("g", "g_gamma", "gk", "gv")),
                        {"reverse": True}),
     "packed": (testing.recurrent_inputs(6, 1, 20, 2, 12, 20, gates=("g", "gk", "gv"), n_seqs=4),
                {"cu_seqlens": cu}),
