@@ -91,14 +91,12 @@ def chunk_cumsum_kernel(gk, bounds, b, H: tl.constexpr, K: tl.constexpr, BT: tl.
     tl.store(b + (rows[:, None] * H + i_h) * K + o_k[None, :], b_b, mask=m_t[:, None] & m_k[None, :])
 
 
-@triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
-                 prune_configs_by={"early_config_prune": _prune("BV", "v")})
 @triton.jit
-def chunk_h_kernel(k, v, b, h0, cu_seqlens, bounds,  # inputs
-                   ht, hs,  # outputs: final states [N, H, K, V]; states at chunk starts [NS, H, K, V]
-                   H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                   BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
-    """(gla.4) h ← exp(b_L) ⊙ h + k̂ᵀ v over the chunks of one sequence, k̂ = k ⊙ exp(b_L − b)."""
+def _sweep_prologue(cu_seqlens, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                    BK: tl.constexpr, BV: tl.constexpr):
+    """What a state sweep (one program per value block and (sequence, head)) needs before its loop:
+    (i_nh, i_h, the sequence's first chunk slot, its chunk count, o_k, o_v, m_k, m_v, the [BK, BV]
+    state mask and offsets)."""
     i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     i_n, i_h = i_nh // H, i_nh % H
     bos = tl.load(cu_seqlens + i_n).to(tl.int64)
@@ -109,6 +107,19 @@ def chunk_h_kernel(k, v, b, h0, cu_seqlens, bounds,  # inputs
     m_k, m_v = o_k < K, o_v < V
     m_h = m_k[:, None] & m_v[None, :]
     p_state = o_k[:, None] * V + o_v[None, :]
+    return i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state
+
+
+@triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": _prune("BV", "v")})
+@triton.jit
+def chunk_h_kernel(k, v, b, h0, cu_seqlens, bounds,  # inputs
+                   ht, hs,  # outputs: final states [N, H, K, V]; states at chunk starts [NS, H, K, V]
+                   H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                   BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+    """(gla.4) h ← exp(b_L) ⊙ h + k̂ᵀ v over the chunks of one sequence, k̂ = k ⊙ exp(b_L − b)."""
+    i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state = _sweep_prologue(cu_seqlens, H, K, V, BT,
+                                                                                        BK, BV)
     b_h = tl.load(h0 + i_nh * K * V + p_state, mask=m_h, other=0.0)  # [BK, BV]
     for c in range(0, n_chunks):
         i_s = first_slot + c
@@ -233,16 +244,8 @@ def chunk_dh_kernel(q, do, b, dht, cu_seqlens, bounds,  # inputs
                     scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                     BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
     """(gla.7) dH ← exp(b_L) ⊙ dH + q̄ᵀ do over the chunks of one sequence, last chunk first."""
-    i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    i_n, i_h = i_nh // H, i_nh % H
-    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-    first_slot = bos // BT + i_n
-    n_chunks = tl.cdiv(tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos, BT)
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_k, m_v = o_k < K, o_v < V
-    m_h = m_k[:, None] & m_v[None, :]
-    p_state = o_k[:, None] * V + o_v[None, :]
+    i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state = _sweep_prologue(cu_seqlens, H, K, V, BT,
+                                                                                        BK, BV)
     b_dh = tl.load(dht + i_nh * K * V + p_state, mask=m_h, other=0.0)  # [BK, BV]
     for c_rev in range(0, n_chunks):
         i_s = first_slot + n_chunks - 1 - c_rev
