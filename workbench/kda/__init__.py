@@ -1,0 +1,374 @@
+"""Kimi Delta Attention: `workbench.chunk_kda` and `workbench.recurrent_kda`.
+
+The gated delta rule with a per-key decay g `[B, T, H, K]` and a write strength β `[B, T, H]`:
+
+    S ← diag(exp g_t) S,   S ← S + β_t k_t (v_t − Sᵀ k_t)ᵀ,   o_t = Sᵀ (scale · q_t).
+
+`recurrent_kda` runs it token by token; `chunk_kda` chunk by chunk, in the WY representation inside
+each chunk, with a backward that fuses the WY backward with the dq/dk/dg computation. Triton
+kernels (`kernels.py`), the pure-JAX references (`reference.py`) and the derivation (`NOTES.md`).
+This module is the glue: validation, packing, the custom VJPs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import triton
+
+from .. import _checks
+from ..chunk_gla.reference import chunk_slots
+from ..launch import triton_call
+from ..recurrent import _validate as _validate_common
+from . import kernels
+from .reference import chunk_kda_ref, chunked_packed, recurrent_kda_ref
+
+__all__ = ["chunk_kda", "recurrent_kda", "Tuning", "CHUNK_SIZES"]
+
+CHUNK_SIZES = (16, 32, 64)
+
+# How the fused backward reads A and uses it in the three products the seed's review disputes
+# (NOTES.md, "The review question"): (load through the transposed pointer, wrap in tl.trans).
+# The tile must act as Aᵀ, so exactly one of the two is right.
+WY_VARIANTS = {
+    "transposed_pointer": (True, False),  # the seed's kernel: the pointer gives Aᵀ, used as is (default)
+    "transposed_pointer+trans": (True, True),  # the review's tl.trans added to the seed's pointer
+    "natural_pointer+trans": (False, True),  # the review's pointer and its tl.trans together
+    "natural_pointer": (False, False),  # the review's pointer alone
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    """Static choices of the Triton path that do not change the result.
+
+    backward: "triton" runs the backward kernels; "reference" runs `jax.vjp` of the reference
+        instead (on the same packed inputs), so the forward kernels can be tested alone and a wrong
+        gradient bisected.
+    fused_backward: (chunk_kda) True runs the WY backward and the state parts of dq/dk/dg in one
+        kernel; False in two, dw passing through memory (for timing the fusion).
+    """
+
+    backward: Literal["triton", "reference"] = "triton"
+    fused_backward: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    scale: float
+    chunk_size: int
+    tuning: Tuning
+    wy_variant: str = "transposed_pointer"  # internal: NOTES.md, "The review question"
+
+
+def _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, impl) -> int:
+    """The conventions of `workbench.recurrent` for q, k, v, scale, initial_state and cu_seqlens; then g and β."""
+    N = _validate_common(q, k, v, None, None, None, None, scale, initial_state, cu_seqlens, impl)
+    B, T, H, K = q.shape
+    shapes = f"from q {tuple(q.shape)}"
+    dtypes = _checks.float_dtypes(impl)
+    _checks.array("g", g, 4, dtypes, "[B, T, H, K]")
+    _checks.shape("g", g, (B, T, H, K), "[B, T, H, K]", shapes)
+    _checks.array("beta", beta, 3, dtypes, "[B, T, H]")
+    _checks.shape("beta", beta, (B, T, H), "[B, T, H]", shapes)
+    return N
+
+
+def _chunk_size(chunk_size, q):
+    if type(chunk_size) is not int or chunk_size not in CHUNK_SIZES:
+        raise ValueError(f"chunk_size: expected one of {CHUNK_SIZES}, got {chunk_size!r} (q {tuple(q.shape)})")
+
+
+def _packed(q, k, v, g, beta, initial_state, cu_seqlens, N):
+    """(rows [B·T, H, ·] of every input, h0 [N, H, K, V] float32, cu_seqlens int32)."""
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    cu = (jnp.arange(B + 1, dtype=jnp.int32) * T if cu_seqlens is None else cu_seqlens.astype(jnp.int32))
+    h0 = jnp.zeros((N, H, K, V), jnp.float32) if initial_state is None else initial_state.astype(jnp.float32)
+    rows = [x.reshape(B * T, *x.shape[2:]) for x in (q, k, v, g, beta)]
+    return rows, h0, cu
+
+
+def chunk_kda(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None, chunk_size=64,
+              implementation=None, tuning: Tuning | None = None):
+    """Kimi Delta Attention, chunk by chunk (the WY representation inside each chunk).
+
+    Args:
+      q, k: `[B, T, H, K]`; v: `[B, T, H, V]` (float32, bfloat16 or float16, one dtype).
+      g: `[B, T, H, K]` natural-log decays (≤ 0); beta: `[B, T, H]`, usually in (0, 1).
+      scale: multiplies q; None means `K ** -0.5`.
+      initial_state: `[N, H, K, V]` (N = B, or the number of sequences with `cu_seqlens`).
+      cu_seqlens: int32 `[N+1]` bounds of packed sequences (then B must be 1); may be traced.
+      chunk_size: 16, 32 or 64 rows per chunk; T need not be a multiple of it.
+      implementation: None/"triton" (Triton kernels; interpreter on CPU) or "reference" (JAX).
+      tuning: static kernel choices (`Tuning`), for tests, bisecting and timing.
+
+    Returns:
+      `(o, final_state)`: o `[B, T, H, V]` in the dtype of v; final_state `[N, H, K, V]` float32.
+
+    Gradients flow to q, k, v, g, beta and initial_state from both outputs.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, workbench
+      >>> q, k, v = (jax.random.normal(jax.random.key(i), (1, 40, 2, 16)) for i in range(3))
+      >>> k = k / jnp.linalg.norm(k, axis=-1, keepdims=True)
+      >>> g = -jax.nn.softplus(jax.random.normal(jax.random.key(3), (1, 40, 2, 16)))
+      >>> beta = jax.nn.sigmoid(jax.random.normal(jax.random.key(4), (1, 40, 2)))
+      >>> o, state = workbench.chunk_kda(q, k, v, g, beta, chunk_size=16)
+      >>> o.shape, state.shape
+      ((1, 40, 2, 16), (1, 2, 16, 16))
+    """
+    impl = _checks.implementation_name(implementation)
+    N = _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, impl)
+    _chunk_size(chunk_size, q)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    if impl == "reference":
+        return chunk_kda_ref(q, k, v, g, beta, scale=scale, initial_state=initial_state, cu_seqlens=cu_seqlens,
+                             chunk_size=chunk_size)
+    return _chunk_kda_triton(q, k, v, g, beta, initial_state, cu_seqlens, N,
+                             _Static(scale=scale, chunk_size=chunk_size, tuning=tuning or Tuning()))
+
+
+def _chunk_kda_triton(q, k, v, g, beta, initial_state, cu_seqlens, N, static: _Static):
+    B, T, H, _ = q.shape
+    rows, h0, cu = _packed(q, k, v, g, beta, initial_state, cu_seqlens, N)
+    o, ht = _chunk_kda_packed(*rows, h0, cu, static)
+    return o.reshape(B, T, H, v.shape[-1]), ht
+
+
+def chunk_kda_wy_variant(q, k, v, g, beta, *, variant: str, scale=None, initial_state=None, cu_seqlens=None,
+                         chunk_size=64):
+    """`chunk_kda` (Triton) with the fused backward reading A as `variant` of `WY_VARIANTS`: the
+    review question's four ways, two of them wrong. Internal: for its test and notebook only."""
+    if variant not in WY_VARIANTS:
+        raise ValueError(f"variant: expected one of {sorted(WY_VARIANTS)}, got {variant!r}")
+    N = _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, "triton")
+    _chunk_size(chunk_size, q)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    return _chunk_kda_triton(q, k, v, g, beta, initial_state, cu_seqlens, N,
+                             _Static(scale=scale, chunk_size=chunk_size, tuning=Tuning(), wy_variant=variant))
+
+
+# ----------------------------------------------------------------------------- chunked kernels
+
+
+def _dims(q, v):
+    """(K, V, BK): the key tile covers all of K, padded to a power of two ≥ 16 (the tl.dot minimum)."""
+    K, V = q.shape[-1], v.shape[-1]
+    return K, V, max(16, triton.next_power_of_2(K))
+
+
+def _f32_dot(q) -> str:
+    """Precision of products the reference keeps in float32: full float32 for float32 inputs, tf32
+    otherwise (its rounding is a quarter of the bfloat16 rounding that follows)."""
+    return "ieee" if q.dtype == jnp.float32 else "tf32"
+
+
+def _bounds(cu, TT: int, BT: int):
+    start, end, *_ = chunk_slots(cu, TT, BT)
+    return jnp.stack([start, end], axis=-1)  # [NS, 2] int32
+
+
+def _forward(q, k, v, g, beta, h0, cu, static: _Static):
+    """(o, final_state, residuals (b, A, Aqk, w, hs, δ))."""
+    TT, H, _ = q.shape
+    K, V, BK = _dims(q, v)
+    BT = static.chunk_size
+    N = cu.shape[0] - 1
+    bounds = _bounds(cu, TT, BT)
+    NS = bounds.shape[0]
+    f32 = jnp.float32
+    common = dict(H=H, K=K, BT=BT, BK=BK)
+    b = triton_call(g, bounds, kernel=kernels.chunk_cumsum_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, K), f32),
+                    grid=(NS, H), name="workbench_kda_cumsum", **common)
+    A, Aqk = triton_call(q, k, b, beta, bounds, kernel=kernels.chunk_kda_intra_kernel,
+                         out_shape=[jax.ShapeDtypeStruct((TT, H, BT), f32)] * 2, grid=(NS, H),
+                         name="workbench_kda_intra", num_warps=4, scale=static.scale, F32_DOT=_f32_dot(q), **common)
+    w, u = triton_call(k, v, b, beta, A, bounds, kernel=kernels.chunk_kda_wu_kernel,
+                       out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
+                       grid=(NS, H), name="workbench_kda_wu", V=V, F32_DOT=_f32_dot(q), **common)
+    ht, hs, delta = triton_call(
+        k, w, u, b, h0, cu, bounds, kernel=kernels.chunk_kda_h_kernel,
+        out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32),
+                   jax.ShapeDtypeStruct(v.shape, v.dtype)],
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), name="workbench_kda_h", V=V, F32_DOT=_f32_dot(q),
+        **common)
+    o = triton_call(q, b, Aqk, delta, hs, bounds, kernel=kernels.chunk_kda_o_kernel,
+                    out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
+                    grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), name="workbench_kda_o",
+                    scale=static.scale, V=V, F32_DOT=_f32_dot(q), **common)
+    return o, ht, (b, A, Aqk, w, hs, delta)
+
+
+def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static):
+    """Gradients of (q, k, v, g, beta, h0): dg, dβ float32."""
+    b, A, Aqk, w, hs, delta = residuals
+    TT, H, _ = q.shape
+    K, V, BK = _dims(q, v)
+    BT = static.chunk_size
+    N = cu.shape[0] - 1
+    bounds = _bounds(cu, TT, BT)
+    NS = bounds.shape[0]
+    f32 = jnp.float32
+    rows_k = jax.ShapeDtypeStruct((TT, H, K), f32)
+    rows_1 = jax.ShapeDtypeStruct((TT, H), f32)
+    matrix = jax.ShapeDtypeStruct((TT, H, BT), f32)
+    dv_shape = jax.ShapeDtypeStruct(v.shape, v.dtype)
+    common = dict(H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
+    dh0, dhs, ddelta = triton_call(
+        q, k, w, b, Aqk, do, dht, cu, bounds, kernel=kernels.chunk_kda_dh_kernel,
+        out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32), dv_shape],
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), name="workbench_kda_dh", scale=static.scale, BK=BK,
+        **common)
+    if static.tuning.fused_backward:
+        a_t_pointer, trans_a = WY_VARIANTS[static.wy_variant]
+        dq_s, dk_s, dv, dg_s, dbeta_s, dAqk, dL = triton_call(
+            q, k, v, b, beta, A, delta, ddelta, do, hs, dhs, bounds, kernel=kernels.chunk_kda_bwd_wy_dqkg_fused_kernel,
+            out_shape=[rows_k, rows_k, dv_shape, rows_k, rows_1, matrix, matrix], grid=(NS, H),
+            name="workbench_kda_bwd_wy_dqkg_fused", scale=static.scale, A_T_POINTER=a_t_pointer, TRANS_A=trans_a,
+            **common)
+    else:
+        dq_s, dk_i, dg_i, dw, dAqk = triton_call(
+            q, k, v, b, delta, ddelta, do, hs, dhs, bounds, kernel=kernels.chunk_kda_bwd_inter_kernel,
+            out_shape=[rows_k, rows_k, rows_k, rows_k, matrix], grid=(NS, H), name="workbench_kda_bwd_inter",
+            scale=static.scale, **common)
+        dk_s, dg_s, dv, dbeta_s, dL = triton_call(
+            q, k, v, b, beta, A, ddelta, dw, dk_i, dg_i, bounds, kernel=kernels.chunk_kda_bwd_wy_kernel,
+            out_shape=[rows_k, rows_k, dv_shape, rows_1, matrix], grid=(NS, H), name="workbench_kda_bwd_wy", **common)
+    common.pop("V")
+    dq, dk, dg, dbeta = triton_call(
+        q, k, b, beta, dAqk, dL, dq_s, dk_s, dg_s, dbeta_s, bounds, kernel=kernels.chunk_kda_bwd_intra_kernel,
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype), rows_k, rows_1],
+        grid=(NS, H), name="workbench_kda_bwd_intra", scale=static.scale, **common)
+    return dq, dk, dv, dg, dbeta, dh0
+
+
+def _reference_packed(q, k, v, g, beta, h0, cu, static: _Static):
+    return chunked_packed(q, k, v, g, beta, h0, cu, scale=static.scale, chunk_size=static.chunk_size,
+                          storage=q.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
+def _chunk_kda_packed(q, k, v, g, beta, h0, cu, static: _Static):
+    o, ht, _ = _forward(q, k, v, g, beta, h0, cu, static)
+    return o, ht
+
+
+def _chunk_kda_packed_fwd(q, k, v, g, beta, h0, cu, static: _Static):
+    o, ht, residuals = _forward(q, k, v, g, beta, h0, cu, static)
+    return (o, ht), (q, k, v, g, beta, h0, cu, residuals)
+
+
+def _chunk_kda_packed_bwd(static: _Static, residuals, cotangents):
+    q, k, v, g, beta, h0, cu, saved = residuals
+    do, dht = cotangents
+    if static.tuning.backward == "reference":
+        _, vjp = jax.vjp(lambda *x: _reference_packed(*x, cu, static), q, k, v, g, beta, h0)
+        return (*vjp((do, dht)), None)
+    dq, dk, dv, dg, dbeta, dh0 = _backward(q, k, v, beta, cu, saved, do.astype(v.dtype), dht.astype(jnp.float32),
+                                           static)
+    return dq, dk, dv, dg.astype(g.dtype), dbeta.astype(beta.dtype), dh0, None
+
+
+_chunk_kda_packed.defvjp(_chunk_kda_packed_fwd, _chunk_kda_packed_bwd)
+
+
+# ----------------------------------------------------------------------------- recurrent form
+
+
+def recurrent_kda(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None, implementation=None,
+                  tuning: Tuning | None = None):
+    """Kimi Delta Attention token by token: the definition, as a Triton sweep per sequence and head.
+
+    Arguments and returns as `chunk_kda` (without `chunk_size`); `tuning.backward` as there
+    (`fused_backward` does not apply). Gradients flow to q, k, v, g, beta and initial_state.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, workbench
+      >>> q, k, v = (jax.random.normal(jax.random.key(i), (1, 12, 2, 8)) for i in range(3))
+      >>> k = k / jnp.linalg.norm(k, axis=-1, keepdims=True)
+      >>> g = -jax.nn.softplus(jax.random.normal(jax.random.key(3), (1, 12, 2, 8)))
+      >>> beta = jax.nn.sigmoid(jax.random.normal(jax.random.key(4), (1, 12, 2)))
+      >>> o, state = workbench.recurrent_kda(q, k, v, g, beta)
+      >>> o.shape, state.shape
+      ((1, 12, 2, 8), (1, 2, 8, 8))
+    """
+    impl = _checks.implementation_name(implementation)
+    N = _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, impl)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    if impl == "reference":
+        return recurrent_kda_ref(q, k, v, g, beta, scale=scale, initial_state=initial_state, cu_seqlens=cu_seqlens)
+    B, T, H, _ = q.shape
+    rows, h0, cu = _packed(q, k, v, g, beta, initial_state, cu_seqlens, N)
+    o, ht = _recurrent_kda_packed(*rows, h0, cu, _Static(scale=scale, chunk_size=0, tuning=tuning or Tuning()))
+    return o.reshape(B, T, H, v.shape[-1]), ht
+
+
+def _n_checkpoints(TT: int, N: int) -> int:
+    """Checkpoint slots: sequence n's chunk c of CHUNK steps lives at bos // CHUNK + n + c."""
+    return TT // kernels.CHUNK + N + 1
+
+
+def _recurrent_forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool):
+    TT, H, K = q.shape
+    V = v.shape[-1]
+    N = cu.shape[0] - 1
+    ckpt = jax.ShapeDtypeStruct((_n_checkpoints(TT, N), H, K, V) if save else (0,), jnp.float32)
+    o, ht, ckpt = triton_call(
+        q, k, v, g, beta, h0, cu, kernel=kernels.recurrent_kda_fwd_kernel,
+        out_shape=[jax.ShapeDtypeStruct(v.shape, v.dtype), jax.ShapeDtypeStruct((N, H, K, V), jnp.float32), ckpt],
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), name="workbench_recurrent_kda_fwd",
+        scale=static.scale, H=H, K=K, V=V, BK=triton.next_power_of_2(K), CHUNK=kernels.CHUNK)
+    return o, ht, (ckpt if save else None)
+
+
+def _recurrent_backward(q, k, v, g, beta, ckpt, cu, do, dht, static: _Static):
+    TT, H, K = q.shape
+    V = v.shape[-1]
+    N = cu.shape[0] - 1
+    BK = triton.next_power_of_2(K)
+    BV = min(max(16, triton.next_power_of_2(V)), max(16, 4096 // BK))  # a [BK, BV] state tile in registers
+    NV = triton.cdiv(V, BV)
+    f32 = jnp.float32
+    dq, dk, dg, dbeta, dv, dh0, _ = triton_call(
+        q, k, v, g, beta, do, dht, ckpt, cu, kernel=kernels.recurrent_kda_bwd_kernel,
+        out_shape=[jax.ShapeDtypeStruct((NV, TT, H, K), f32)] * 3 + [
+            jax.ShapeDtypeStruct((NV, TT, H), f32), jax.ShapeDtypeStruct(v.shape, v.dtype),
+            jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NV * N * H, kernels.CHUNK, BK, BV), f32)],
+        grid=(NV, N * H), name="workbench_recurrent_kda_bwd", num_warps=4,
+        scale=static.scale, H=H, K=K, V=V, BK=BK, BV=BV, CHUNK=kernels.CHUNK)
+    return dq.sum(0), dk.sum(0), dv, dg.sum(0), dbeta.sum(0), dh0  # partial sums over value blocks
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
+def _recurrent_kda_packed(q, k, v, g, beta, h0, cu, static: _Static):
+    o, ht, _ = _recurrent_forward(q, k, v, g, beta, h0, cu, static, save=False)
+    return o, ht
+
+
+def _recurrent_kda_packed_fwd(q, k, v, g, beta, h0, cu, static: _Static):
+    o, ht, ckpt = _recurrent_forward(q, k, v, g, beta, h0, cu, static, save=True)
+    return (o, ht), (q, k, v, g, beta, h0, cu, ckpt)
+
+
+def _recurrent_kda_packed_bwd(static: _Static, residuals, cotangents):
+    q, k, v, g, beta, h0, cu, ckpt = residuals
+    do, dht = cotangents
+    if static.tuning.backward == "reference":
+        def reference(q, k, v, g, beta, h0):
+            o, ht = recurrent_kda_ref(q[None], k[None], v[None], g[None], beta[None], scale=static.scale,
+                                      initial_state=h0, cu_seqlens=cu)
+            return o[0], ht
+
+        _, vjp = jax.vjp(reference, q, k, v, g, beta, h0)
+        return (*vjp((do, dht)), None)
+    dq, dk, dv, dg, dbeta, dh0 = _recurrent_backward(q, k, v, g, beta, ckpt, cu, do.astype(v.dtype),
+                                                     dht.astype(jnp.float32), static)
+    return (dq.astype(q.dtype), dk.astype(k.dtype), dv, dg.astype(g.dtype), dbeta.astype(beta.dtype), dh0, None)
+
+
+_recurrent_kda_packed.defvjp(_recurrent_kda_packed_fwd, _recurrent_kda_packed_bwd)

@@ -1,0 +1,751 @@
+"""Triton kernels of Kimi Delta Attention. Equation tags refer to NOTES.md.
+
+Every chunked kernel sees packed sequences (`[TT, H, ·]` rows) cut into chunks of BT rows, in the
+chunk slots of `workbench.chunk_gla` (`bounds[slot] = (start, end)` rows, start = end for an unused
+slot; per-chunk states stored by slot). The per-chunk matrices A, Aqk, dAqk and dL are stored
+`[TT, H, BT]` float32: row r of its chunk's matrix at the row of token r, columns by position in the
+chunk (NOTES.md, "Where A lives").
+
+chunked forward
+* `chunk_cumsum_kernel` (chunk_gla's): b, chunk-local prefix sums of the log-decays (kda.2).
+* `chunk_kda_intra_kernel` (slot, head): L and Aqk (kda.3, kda.6), then A = (I + L)⁻¹ in place by
+  blocked forward substitution (kda.5).
+* `chunk_kda_wu_kernel` (slot, head): the WY vectors w, u (kda.3).
+* `chunk_kda_h_kernel` (V block, sequence·head): the state sweep, δ = u − w h (kda.4).
+* `chunk_kda_o_kernel` (V block, slot, head): o = q̄ h + Aqk δ (kda.6).
+chunked backward
+* `chunk_kda_dh_kernel` (V block, sequence·head): dδ and the reverse state sweep (kda.9).
+* `chunk_kda_bwd_wy_dqkg_fused_kernel` (slot, head): the WY backward and the state parts of
+  dq/dk/dg in one kernel; dw never leaves registers (kda.10, kda.11, kda.13). It also gives dv,
+  dAqk, dL = −Aᵀ dA Aᵀ (kda.7) and the WY part of dβ (kda.12).
+  `chunk_kda_bwd_inter_kernel` + `chunk_kda_bwd_wy_kernel` are the same work unfused (dw through
+  memory), kept for timing the fusion.
+* `chunk_kda_bwd_intra_kernel` (slot, head): the intra-chunk parts (through L and Aqk) of dq, dk,
+  dβ, and dg's reverse cumulative sum (kda.11–kda.13).
+recurrent
+* `recurrent_kda_fwd_kernel`, `recurrent_kda_bwd_kernel` (V block, sequence·head): the delta rule one
+  token at a time (kda.1) and its reverse (kda.14), from checkpoints every CHUNK steps.
+
+Matrix products take the inputs' dtype where the reference rounds to it (bfloat16 tensor cores),
+and float32 (`F32_DOT`: "ieee" for float32 inputs, tf32 otherwise) where the reference keeps
+float32; A's inversion is always full float32.
+"""
+
+import triton
+import triton.language as tl
+
+from ..chunk_gla.kernels import (BC, _chunk, _configs, _diagonal_ratio, _exp, _intra_tiles, _prune, _row,
+                                 _sweep_prologue, _tile, chunk_cumsum_kernel)
+from ..launch import given
+from ..tl_helpers import sequence_bounds
+
+__all__ = ["chunk_cumsum_kernel", "chunk_kda_intra_kernel", "chunk_kda_wu_kernel", "chunk_kda_h_kernel",
+           "chunk_kda_o_kernel", "chunk_kda_dh_kernel", "chunk_kda_bwd_wy_dqkg_fused_kernel",
+           "chunk_kda_bwd_inter_kernel", "chunk_kda_bwd_wy_kernel", "chunk_kda_bwd_intra_kernel",
+           "recurrent_kda_fwd_kernel", "recurrent_kda_bwd_kernel", "CHUNK"]
+
+CHUNK = 64  # steps between the recurrent forward's checkpoints; passed as a constexpr
+
+
+def _block_configs():
+    """(BK, BV) pairs for the kernels that loop over both key and value blocks."""
+    return [triton.Config({"BK": bk, "BV": bv}, num_warps=w, num_stages=2)
+            for bk, bv, w in ((32, 32, 4), (64, 64, 8), (32, 64, 4))]
+
+
+def _prune_blocks(configs, named_args, **_):
+    K = max(16, triton.next_power_of_2(named_args["q"].shape[-1]))
+    V = max(16, triton.next_power_of_2(named_args["v"].shape[-1]))
+    kept = [c for c in configs if c.kwargs["BK"] <= K and c.kwargs["BV"] <= V]
+    return kept or [min(configs, key=lambda c: c.kwargs["BK"] * c.kwargs["BV"])]
+
+
+# ----------------------------------------------------------------------------- shared pieces
+
+
+@triton.jit
+def _rows(x, rows, m_t, i_h, o_d, m_d, H: tl.constexpr, D: tl.constexpr):
+    """Rows `rows` of x[TT, H, D] at head i_h, columns o_d, in x's dtype; zeros outside."""
+    return tl.load(x + (rows[:, None] * H + i_h) * D + o_d[None, :], mask=m_t[:, None] & m_d[None, :], other=0.0)
+
+
+@triton.jit
+def _matrix(M, rows, m_t, i_h, H: tl.constexpr, BT: tl.constexpr):
+    """A chunk's [BT, BT] matrix stored [TT, H, BT] (row r at the row of token r), float32."""
+    o_t = tl.arange(0, BT)
+    return tl.load(M + (rows[:, None] * H + i_h) * BT + o_t[None, :], mask=m_t[:, None] & m_t[None, :], other=0.0)
+
+
+@triton.jit
+def _khat_decay(b_b, b_bL, rows, end):
+    """(kda.4) exp(b_L − b_s) per row, with the exponent the constant 0 from the last valid row on."""
+    from_last = rows >= end - 1
+    return _exp(tl.where(from_last[:, None], 0.0, b_bL[None, :] - b_b))
+
+
+@triton.jit
+def _invert_unit_lower(b_L):
+    """(kda.5) (I + L)⁻¹ of a strictly lower [BC, BC] tile by forward substitution:
+    row r ← e_r − Σ_{s<r} L[r, s] · row s, rows in order (each row s < r is final when used)."""
+    o_c = tl.arange(0, BC)
+    b_D = tl.where(o_c[:, None] == o_c[None, :], 1.0, 0.0)
+    for r in tl.static_range(1, BC):
+        b_l = tl.sum(tl.where(o_c[:, None] == r, b_L, 0.0), axis=0)  # [BC] row r of L, by column s
+        b_row = tl.sum(b_l[:, None] * b_D, axis=0)  # Σ_s L[r, s] D[s, :]
+        b_D = tl.where(o_c[:, None] == r, b_D - b_row[None, :], b_D)
+    return b_D
+
+
+# ----------------------------------------------------------------------------- forward
+
+
+@triton.jit
+def chunk_kda_intra_kernel(q, k, b, beta, bounds,  # inputs
+                           A, Aqk,  # outputs [TT, H, BT] float32
+                           scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                           BK: tl.constexpr, F32_DOT: tl.constexpr):
+    """(kda.3, kda.6) L and Aqk sub-chunk by sub-chunk, then (kda.5) A = (I + L)⁻¹ in place."""
+    i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    start, end = _chunk(bounds, i_s)
+    if start >= end:
+        return
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    o_t = tl.arange(0, BT)
+    rows = start + o_t
+    m_t = rows < end
+    o_c = tl.arange(0, BC)
+    for i_sub in tl.static_range(BT // BC):
+        rows_i, m_i, b_qi, b_ki, b_bi, b_k, b_b, b_bn, _ = _intra_tiles(q, k, b, i_sub, start, end, i_h, o_k, m_k,
+                                                                        H, K, BT)
+        b_betai = tl.load(beta + rows_i * H + i_h, mask=m_i, other=0.0).to(tl.float32)  # [BC]
+        # earlier sub-chunks through the reference row n (the sub-chunk's first): both factors ≤ 1
+        earlier = o_t < i_sub * BC
+        b_kn = tl.where(earlier[:, None], b_k * _exp(tl.where(earlier[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
+        b_en = _exp(b_bi - b_bn[None, :])  # [BC, BK]
+        b_Aqk = tl.dot(b_qi * b_en, tl.trans(b_kn), input_precision=F32_DOT) * scale  # [BC, BT]
+        b_L = tl.dot(b_ki * b_en, tl.trans(b_kn), input_precision=F32_DOT) * b_betai[:, None]
+        # the sub-chunk's own block, elementwise, 16 keys at a time
+        b_Aqk_own = tl.zeros([BC, BC], tl.float32)
+        b_L_own = tl.zeros([BC, BC], tl.float32)
+        for i_kk in tl.static_range(BK // 16):
+            o_kk = i_kk * 16 + tl.arange(0, 16)
+            m_kk = o_kk < K
+            b_bs = tl.where(m_i[:, None], _tile(b, rows_i, m_i, i_h, o_kk, m_kk, H, K),
+                            _row(b, end - 1, i_h, o_kk, m_kk, H, K)[None, :])
+            b_ratio = _diagonal_ratio(b_bs, False)  # [BC, BC, 16] exp(b_r − b_s), s ≤ r
+            b_ks = _tile(k, rows_i, m_i, i_h, o_kk, m_kk, H, K)
+            b_qs = _tile(q, rows_i, m_i, i_h, o_kk, m_kk, H, K)
+            b_Aqk_own += tl.sum(b_qs[:, None, :] * b_ks[None, :, :] * b_ratio, axis=2)
+            b_L_own += tl.sum(b_ks[:, None, :] * b_ks[None, :, :] * b_ratio, axis=2)
+        b_Aqk_own *= scale
+        b_L_own = tl.where(o_c[:, None] > o_c[None, :], b_L_own * b_betai[:, None], 0.0)
+        own = (o_t >= i_sub * BC) & (o_t < i_sub * BC + BC)
+        p_i = (rows_i[:, None] * H + i_h) * BT
+        tl.store(Aqk + p_i + o_t[None, :], b_Aqk, mask=m_i[:, None] & ~own[None, :])
+        tl.store(Aqk + p_i + i_sub * BC + o_c[None, :], b_Aqk_own, mask=m_i[:, None])
+        tl.store(A + p_i + o_t[None, :], b_L, mask=m_i[:, None] & ~own[None, :])
+        tl.store(A + p_i + i_sub * BC + o_c[None, :], b_L_own, mask=m_i[:, None])
+    tl.debug_barrier()  # L is read back below by other threads of this program
+
+    # (kda.5) block row i of A: D_i (E_i − L_{i,<i} A_{<i,:}), D_i = (I + L_ii)⁻¹, rows of blocks in order
+    for i_sub in tl.static_range(BT // BC):
+        rows_i = start + i_sub * BC + o_c
+        m_i = rows_i < end
+        p_i = A + (rows_i[:, None] * H + i_h) * BT
+        b_Lb = tl.load(p_i + o_t[None, :], mask=m_i[:, None] & (o_t < i_sub * BC)[None, :], other=0.0)  # [BC, BT]
+        b_D = _invert_unit_lower(tl.load(p_i + i_sub * BC + o_c[None, :], mask=m_i[:, None], other=0.0))
+        done = (o_t < i_sub * BC) & m_t
+        b_Adone = tl.load(A + (rows[:, None] * H + i_h) * BT + o_t[None, :], mask=done[:, None] & m_t[None, :],
+                          other=0.0)  # [BT, BT] the finished rows of A
+        o_own = o_c + i_sub * BC
+        b_E = tl.where(o_t[None, :] == o_own[:, None], 1.0, 0.0)  # [BC, BT]
+        b_Y = b_E - tl.dot(b_Lb, b_Adone, input_precision="ieee")
+        tl.store(p_i + o_t[None, :], tl.dot(b_D, b_Y, input_precision="ieee"), mask=m_i[:, None])
+        tl.debug_barrier()
+
+
+@triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": _prune("BV", "v")})
+@triton.jit
+def chunk_kda_wu_kernel(k, v, b, beta, A, bounds,  # inputs
+                        w, u,  # outputs in the inputs' dtype: w [TT, H, K], u [TT, H, V]
+                        H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                        BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+    """(kda.3) w = A (β ⊙ k ⊙ exp b), u = A (β ⊙ v)."""
+    i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    start, end = _chunk(bounds, i_s)
+    if start >= end:
+        return
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    rows = start + tl.arange(0, BT)
+    m_t = rows < end
+    dtype = w.dtype.element_ty
+    b_A = _matrix(A, rows, m_t, i_h, H, BT).to(dtype)
+    b_beta = tl.load(beta + rows * H + i_h, mask=m_t, other=0.0).to(tl.float32)
+    b_kgb = _tile(k, rows, m_t, i_h, o_k, m_k, H, K) * _exp(_tile(b, rows, m_t, i_h, o_k, m_k, H, K)) * b_beta[:, None]
+    b_w = tl.dot(b_A, b_kgb.to(dtype), input_precision=F32_DOT)  # [BT, BK]
+    tl.store(w + (rows[:, None] * H + i_h) * K + o_k[None, :], b_w.to(dtype), mask=m_t[:, None] & m_k[None, :])
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        m_v = o_v < V
+        b_vb = _rows(v, rows, m_t, i_h, o_v, m_v, H, V).to(tl.float32) * b_beta[:, None]
+        b_u = tl.dot(b_A, b_vb.to(dtype), input_precision=F32_DOT)  # [BT, BV]
+        tl.store(u + (rows[:, None] * H + i_h) * V + o_v[None, :], b_u.to(dtype), mask=m_t[:, None] & m_v[None, :])
+
+
+@triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": _prune("BV", "u")})
+@triton.jit
+def chunk_kda_h_kernel(k, w, u, b, h0, cu_seqlens, bounds,  # inputs
+                       ht, hs, delta,  # outputs: final states; states at chunk starts [NS, H, K, V]; δ [TT, H, V]
+                       H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                       BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+    """(kda.4) Over the chunks of one sequence: δ = u − w h, then h ← exp(b_L) ⊙ h + k̂ᵀ δ."""
+    i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state = _sweep_prologue(cu_seqlens, H, K, V, BT,
+                                                                                        BK, BV)
+    b_h = tl.load(h0 + i_nh * K * V + p_state, mask=m_h, other=0.0)  # [BK, BV]
+    for c in range(0, n_chunks):
+        i_s = first_slot + c
+        tl.store(hs + (i_s * H + i_h) * K * V + p_state, b_h, mask=m_h)
+        start, end = _chunk(bounds, i_s)
+        rows = start + tl.arange(0, BT)
+        m_t = rows < end
+        b_w = _rows(w, rows, m_t, i_h, o_k, m_k, H, K)  # [BT, BK]
+        dtype = b_w.dtype
+        b_u = _rows(u, rows, m_t, i_h, o_v, m_v, H, V).to(tl.float32)
+        b_delta = (b_u - tl.dot(b_w, b_h.to(dtype), input_precision=F32_DOT)).to(dtype)  # [BT, BV]
+        tl.store(delta + (rows[:, None] * H + i_h) * V + o_v[None, :], b_delta, mask=m_t[:, None] & m_v[None, :])
+        b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)
+        b_khat = _tile(k, rows, m_t, i_h, o_k, m_k, H, K) * _khat_decay(_tile(b, rows, m_t, i_h, o_k, m_k, H, K),
+                                                                        b_bL, rows, end)
+        b_h = b_h * _exp(b_bL)[:, None] + tl.dot(tl.trans(b_khat.to(dtype)), b_delta, input_precision=F32_DOT)
+    tl.store(ht + i_nh * K * V + p_state, b_h, mask=m_h)
+
+
+@triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": _prune("BV", "delta")})
+@triton.jit
+def chunk_kda_o_kernel(q, b, Aqk, delta, hs, bounds,  # inputs
+                       o,  # output [TT, H, V]
+                       scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                       BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+    """(kda.6) o = q̄ h + Aqk δ, q̄ = scale · q ⊙ exp(b)."""
+    i_v, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
+    start, end = _chunk(bounds, i_s)
+    if start >= end:
+        return
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    rows = start + tl.arange(0, BT)
+    m_t = rows < end
+    b_delta = _rows(delta, rows, m_t, i_h, o_v, m_v, H, V)  # [BT, BV]
+    dtype = b_delta.dtype
+    b_qbar = _tile(q, rows, m_t, i_h, o_k, m_k, H, K) * _exp(_tile(b, rows, m_t, i_h, o_k, m_k, H, K)) * scale
+    b_h = tl.load(hs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :],
+                  other=0.0)
+    b_Aqk = _matrix(Aqk, rows, m_t, i_h, H, BT)
+    b_o = (tl.dot(b_qbar.to(dtype), b_h.to(dtype), input_precision=F32_DOT)
+           + tl.dot(b_Aqk.to(dtype), b_delta, input_precision=F32_DOT))
+    tl.store(o + (rows[:, None] * H + i_h) * V + o_v[None, :], b_o.to(o.dtype.element_ty),
+             mask=m_t[:, None] & m_v[None, :])
+
+
+# ----------------------------------------------------------------------------- backward: the dh sweep
+
+
+@triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": _prune("BV", "do")})
+@triton.jit
+def chunk_kda_dh_kernel(q, k, w, b, Aqk, do, dht, cu_seqlens, bounds,  # inputs
+                        dh0, dhs, ddelta,  # outputs: dS_0; dH at each chunk's end [NS, H, K, V]; dδ [TT, H, V]
+                        scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                        BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+    """(kda.9) Last chunk first: dδ = Aqkᵀ do + k̂ dH, then dH ← exp(b_L) ⊙ dH + q̄ᵀ do − wᵀ dδ."""
+    i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state = _sweep_prologue(cu_seqlens, H, K, V, BT,
+                                                                                        BK, BV)
+    b_dh = tl.load(dht + i_nh * K * V + p_state, mask=m_h, other=0.0)  # [BK, BV]
+    for c_rev in range(0, n_chunks):
+        i_s = first_slot + n_chunks - 1 - c_rev
+        tl.store(dhs + (i_s * H + i_h) * K * V + p_state, b_dh, mask=m_h)
+        start, end = _chunk(bounds, i_s)
+        rows = start + tl.arange(0, BT)
+        m_t = rows < end
+        b_do = _rows(do, rows, m_t, i_h, o_v, m_v, H, V)  # [BT, BV]
+        dtype = b_do.dtype
+        b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+        b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)
+        b_khat = _tile(k, rows, m_t, i_h, o_k, m_k, H, K) * _khat_decay(b_b, b_bL, rows, end)
+        b_Aqk = _matrix(Aqk, rows, m_t, i_h, H, BT).to(dtype)
+        b_ddelta = (tl.dot(tl.trans(b_Aqk), b_do, input_precision=F32_DOT)
+                    + tl.dot(b_khat.to(dtype), b_dh.to(dtype), input_precision=F32_DOT)).to(dtype)
+        tl.store(ddelta + (rows[:, None] * H + i_h) * V + o_v[None, :], b_ddelta, mask=m_t[:, None] & m_v[None, :])
+        b_qbar = (_tile(q, rows, m_t, i_h, o_k, m_k, H, K) * _exp(b_b) * scale).to(dtype)
+        b_w = _rows(w, rows, m_t, i_h, o_k, m_k, H, K)
+        b_dh = (b_dh * _exp(b_bL)[:, None] + tl.dot(tl.trans(b_qbar), b_do, input_precision=F32_DOT)
+                - tl.dot(tl.trans(b_w), b_ddelta, input_precision=F32_DOT))
+    tl.store(dh0 + i_nh * K * V + p_state, b_dh, mask=m_h)
+
+
+# ----------------------------------------------------------------------------- backward: WY + dq/dk/dg
+
+
+@triton.jit
+def _load_A(A, rows, m_t, i_h, H: tl.constexpr, BT: tl.constexpr, A_T_POINTER: tl.constexpr):
+    """(kda.8) The chunk's A as a [BT, BT] float32 tile: element [i, j] from A[i, j], or, with
+    A_T_POINTER, through the transposed pointer (the seed's block pointer with shape (BT, T) and
+    strides (1, H·BT)), element [i, j] from A[j, i]: the tile then holds Aᵀ."""
+    o_t = tl.arange(0, BT)
+    if A_T_POINTER:
+        p = A + (rows[None, :] * H + i_h) * BT + o_t[:, None]
+    else:
+        p = A + (rows[:, None] * H + i_h) * BT + o_t[None, :]
+    return tl.load(p, mask=m_t[:, None] & m_t[None, :], other=0.0)
+
+
+@triton.jit
+def _as_used(b_A, TRANS_A: tl.constexpr):
+    """The loaded A tile as the disputed products use it: wrapped in tl.trans when TRANS_A (the
+    review's suggestion), as loaded otherwise (the seed's code)."""
+    if TRANS_A:
+        b_A = tl.trans(b_A)
+    return b_A
+
+
+@triton.jit
+def _dAqk(do, delta, rows, m_t, i_h, H: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+          F32_DOT: tl.constexpr):
+    """(kda.9) dAqk = do δᵀ on and below the diagonal, [BT, BT] float32."""
+    o_t = tl.arange(0, BT)
+    b_dAqk = tl.zeros([BT, BT], tl.float32)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        m_v = o_v < V
+        b_do = _rows(do, rows, m_t, i_h, o_v, m_v, H, V)
+        b_delta = _rows(delta, rows, m_t, i_h, o_v, m_v, H, V)
+        b_dAqk += tl.dot(b_do, tl.trans(b_delta), input_precision=F32_DOT)
+    return tl.where((o_t[:, None] >= o_t[None, :]) & m_t[:, None] & m_t[None, :], b_dAqk, 0.0)
+
+
+@triton.jit
+def _wy_values(v, ddelta, dv, b_A, b_beta, rows, m_t, i_h, H: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+               BV: tl.constexpr, F32_DOT: tl.constexpr, TRANS_A: tl.constexpr):
+    """(kda.10) The value half of the WY backward, u = A (β ⊙ v) with du = dδ:
+    dA = du (β ⊙ v)ᵀ, d(β ⊙ v) = Aᵀ du → dv = β ⊙ d(β ⊙ v) (stored), dβ = rowsum(d(β ⊙ v) ⊙ v).
+    Returns (dA [BT, BT], dβ [BT]) float32."""
+    b_dA = tl.zeros([BT, BT], tl.float32)
+    b_dbeta = tl.zeros([BT], tl.float32)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        m_v = o_v < V
+        b_du = _rows(ddelta, rows, m_t, i_h, o_v, m_v, H, V)  # [BT, BV]
+        b_v = _rows(v, rows, m_t, i_h, o_v, m_v, H, V).to(tl.float32)
+        b_dA += tl.dot(b_du, tl.trans((b_v * b_beta[:, None]).to(b_du.dtype)), input_precision=F32_DOT)
+        b_dvb = tl.dot(_as_used(b_A, TRANS_A), b_du, input_precision=F32_DOT)  # disputed: Aᵀ du
+        tl.store(dv + (rows[:, None] * H + i_h) * V + o_v[None, :], (b_dvb * b_beta[:, None]).to(dv.dtype.element_ty),
+                 mask=m_t[:, None] & m_v[None, :])
+        b_dbeta += tl.sum(b_dvb * b_v, axis=1)
+    return b_dA, b_dbeta
+
+
+@triton.jit
+def _inter_keys(delta, ddelta, do, hs, dhs, i_s, rows, m_t, i_h, o_k, m_k, H: tl.constexpr, K: tl.constexpr,
+                V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+    """(kda.9, kda.10) For one block of keys, summed over value blocks: dq̄ = do hᵀ, dk̂ = δ dHᵀ,
+    dw = −dδ hᵀ ([BT, BK] float32) and rowsum(h ⊙ dH) ([BK]), h the chunk's start state and dH the
+    gradient of its end state."""
+    b_dqbar = tl.zeros([BT, BK], tl.float32)
+    b_dkhat = tl.zeros([BT, BK], tl.float32)
+    b_dw = tl.zeros([BT, BK], tl.float32)
+    b_hdh = tl.zeros([BK], tl.float32)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        m_v = o_v < V
+        p_state = (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :]
+        m_h = m_k[:, None] & m_v[None, :]
+        b_h = tl.load(hs + p_state, mask=m_h, other=0.0)  # [BK, BV]
+        b_dh = tl.load(dhs + p_state, mask=m_h, other=0.0)
+        b_do = _rows(do, rows, m_t, i_h, o_v, m_v, H, V)  # [BT, BV]
+        dtype = b_do.dtype
+        b_delta = _rows(delta, rows, m_t, i_h, o_v, m_v, H, V)
+        b_du = _rows(ddelta, rows, m_t, i_h, o_v, m_v, H, V)
+        b_dqbar += tl.dot(b_do, tl.trans(b_h.to(dtype)), input_precision=F32_DOT)
+        b_dkhat += tl.dot(b_delta, tl.trans(b_dh.to(dtype)), input_precision=F32_DOT)
+        b_dw -= tl.dot(b_du, tl.trans(b_h.to(dtype)), input_precision=F32_DOT)
+        b_hdh += tl.sum(b_h * b_dh, axis=1)
+    return b_dqbar, b_dkhat, b_dw, b_hdh
+
+
+@triton.jit
+def _wy_keys(b_dw, b_A, b_kg, b_beta, F32_DOT: tl.constexpr, TRANS_A: tl.constexpr):
+    """(kda.10) The key half of the WY backward for one block of keys, w = A (β ⊙ k̃), k̃ = k ⊙ exp b:
+    dA = dw (β ⊙ k̃)ᵀ, d(β ⊙ k̃) = Aᵀ dw → (dA [BT, BT], dk̃ = β ⊙ d(β ⊙ k̃), dβ = rowsum(d(β ⊙ k̃) ⊙ k̃))."""
+    dtype = b_A.dtype
+    b_dA = tl.dot(b_dw.to(dtype), tl.trans((b_kg * b_beta[:, None]).to(dtype)), input_precision=F32_DOT)
+    b_dkgb = tl.dot(_as_used(b_A, TRANS_A), b_dw.to(dtype), input_precision=F32_DOT)  # disputed: Aᵀ dw
+    return b_dA, b_dkgb * b_beta[:, None], tl.sum(b_dkgb * b_kg, axis=1)
+
+
+@triton.jit
+def _inter_outputs(b_q, b_k, b_b, b_bL, rows, end, b_dqbar, b_dkhat, b_hdh, scale: tl.constexpr,
+                   BT: tl.constexpr):
+    """(kda.11, kda.13) The state parts of dq, dk and dg for one block of keys:
+    dq = scale exp(b) ⊙ dq̄, dk = exp(b_L − b) ⊙ dk̂, dg = Σ_{r≥t} q̄_r ⊙ dq̄_r + Σ_{s<t} X_s +
+    exp(b_L) ⊙ rowsum(h ⊙ dH), X_s = k̂_s ⊙ dk̂_s (summed forward: no total − suffix difference)."""
+    o_t = tl.arange(0, BT)
+    b_eb = _exp(b_b)
+    b_ehat = _khat_decay(b_b, b_bL, rows, end)
+    b_dq = b_dqbar * b_eb * scale
+    b_dk = b_dkhat * b_ehat
+    b_x = b_k * b_ehat * b_dkhat
+    before = tl.where(o_t[:, None] > o_t[None, :], 1.0, 0.0)  # Σ_{s<t} as a product with 0/1 weights
+    b_dg = (tl.cumsum(b_q * b_eb * scale * b_dqbar, axis=0, reverse=True)
+            + tl.dot(before, b_x, input_precision="ieee") + (_exp(b_bL) * b_hdh)[None, :])
+    return b_dq, b_dk, b_dg
+
+
+@triton.jit
+def _dL(b_dA, b_A, m_t, BT: tl.constexpr, TRANS_A: tl.constexpr):
+    """(kda.7) dL = −Aᵀ dA Aᵀ on the strictly lower triangle (L = X − I, A = X⁻¹)."""
+    o_t = tl.arange(0, BT)
+    b_Au = _as_used(b_A, TRANS_A)
+    b_dL = tl.dot(b_Au, tl.dot(b_dA, b_Au, input_precision="ieee"), input_precision="ieee")  # disputed
+    return tl.where((o_t[:, None] > o_t[None, :]) & m_t[:, None] & m_t[None, :], -b_dL, 0.0)
+
+
+@triton.autotune(configs=_block_configs(), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": _prune_blocks})
+@triton.jit
+def chunk_kda_bwd_wy_dqkg_fused_kernel(
+        q, k, v, b, beta, A, delta, ddelta, do, hs, dhs, bounds,  # inputs
+        dq, dk, dv, dg, dbeta, dAqk, dL,  # outputs: dq, dk, dg [TT, H, K] f32 (state + WY parts), dv, dβ
+        scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+        BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr, A_T_POINTER: tl.constexpr,
+        TRANS_A: tl.constexpr):
+    """(kda.9–kda.13) The fused backward of one chunk: dw is made per key block and used at once."""
+    i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    start, end = _chunk(bounds, i_s)
+    if start >= end:
+        return
+    o_t = tl.arange(0, BT)
+    rows = start + o_t
+    m_t = rows < end
+    dtype = v.dtype.element_ty
+    b_beta = tl.load(beta + rows * H + i_h, mask=m_t, other=0.0).to(tl.float32)
+    b_A32 = _load_A(A, rows, m_t, i_h, H, BT, A_T_POINTER)  # Aᵀ with the transposed pointer
+    b_A = b_A32.to(dtype)
+    p_mat = (rows[:, None] * H + i_h) * BT + o_t[None, :]
+    tl.store(dAqk + p_mat, _dAqk(do, delta, rows, m_t, i_h, H, V, BT, BV, F32_DOT), mask=m_t[:, None])
+    b_dA, b_dbeta = _wy_values(v, ddelta, dv, b_A, b_beta, rows, m_t, i_h, H, V, BT, BV, F32_DOT, TRANS_A)
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        b_k = _tile(k, rows, m_t, i_h, o_k, m_k, H, K)
+        b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+        b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)
+        b_dqbar, b_dkhat, b_dw, b_hdh = _inter_keys(delta, ddelta, do, hs, dhs, i_s, rows, m_t, i_h, o_k, m_k,
+                                                    H, K, V, BT, BK, BV, F32_DOT)
+        b_kg = b_k * _exp(b_b)
+        b_dA_k, b_dkg, b_dbeta_k = _wy_keys(b_dw, b_A, b_kg, b_beta, F32_DOT, TRANS_A)  # dw from registers
+        b_dA += b_dA_k
+        b_dbeta += b_dbeta_k
+        b_dq, b_dk, b_dg = _inter_outputs(_tile(q, rows, m_t, i_h, o_k, m_k, H, K), b_k, b_b, b_bL, rows, end,
+                                          b_dqbar, b_dkhat, b_hdh, scale, BT)
+        b_dk += b_dkg * _exp(b_b)
+        b_dg += tl.cumsum(b_kg * b_dkg, axis=0, reverse=True)
+        p_k = (rows[:, None] * H + i_h) * K + o_k[None, :]
+        m_tk = m_t[:, None] & m_k[None, :]
+        tl.store(dq + p_k, b_dq, mask=m_tk)
+        tl.store(dk + p_k, b_dk, mask=m_tk)
+        tl.store(dg + p_k, b_dg, mask=m_tk)
+    tl.store(dL + p_mat, _dL(b_dA, b_A32, m_t, BT, TRANS_A), mask=m_t[:, None])
+    tl.store(dbeta + rows * H + i_h, b_dbeta, mask=m_t)
+
+
+@triton.autotune(configs=_block_configs(), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": _prune_blocks})
+@triton.jit
+def chunk_kda_bwd_inter_kernel(q, k, v, b, delta, ddelta, do, hs, dhs, bounds,  # inputs
+                               dq, dk, dg, dw, dAqk,  # outputs [TT, H, K] f32 (state parts; dw); dAqk
+                               scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                               BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+    """Unfused, first half: the state parts of dq, dk, dg and dAqk; dw = −dδ hᵀ goes to memory."""
+    i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    start, end = _chunk(bounds, i_s)
+    if start >= end:
+        return
+    o_t = tl.arange(0, BT)
+    rows = start + o_t
+    m_t = rows < end
+    tl.store(dAqk + (rows[:, None] * H + i_h) * BT + o_t[None, :], _dAqk(do, delta, rows, m_t, i_h, H, V, BT, BV,
+                                                                         F32_DOT), mask=m_t[:, None])
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+        b_dqbar, b_dkhat, b_dw, b_hdh = _inter_keys(delta, ddelta, do, hs, dhs, i_s, rows, m_t, i_h, o_k, m_k,
+                                                    H, K, V, BT, BK, BV, F32_DOT)
+        b_dq, b_dk, b_dg = _inter_outputs(_tile(q, rows, m_t, i_h, o_k, m_k, H, K),
+                                          _tile(k, rows, m_t, i_h, o_k, m_k, H, K), b_b,
+                                          _row(b, end - 1, i_h, o_k, m_k, H, K), rows, end, b_dqbar, b_dkhat, b_hdh,
+                                          scale, BT)
+        p_k = (rows[:, None] * H + i_h) * K + o_k[None, :]
+        m_tk = m_t[:, None] & m_k[None, :]
+        tl.store(dq + p_k, b_dq, mask=m_tk)
+        tl.store(dk + p_k, b_dk, mask=m_tk)
+        tl.store(dg + p_k, b_dg, mask=m_tk)
+        tl.store(dw + p_k, b_dw, mask=m_tk)
+
+
+@triton.autotune(configs=_block_configs(), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": _prune_blocks})
+@triton.jit
+def chunk_kda_bwd_wy_kernel(q, k, v, b, beta, A, ddelta, dw, dk_state, dg_state, bounds,  # inputs
+                            dk, dg, dv, dbeta, dL,  # outputs: dk, dg [TT, H, K] f32 (+ WY parts), dv, dβ, dL
+                            H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                            BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+    """Unfused, second half: the WY backward, dw read back from memory (A read as in the seed)."""
+    i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    start, end = _chunk(bounds, i_s)
+    if start >= end:
+        return
+    o_t = tl.arange(0, BT)
+    rows = start + o_t
+    m_t = rows < end
+    dtype = v.dtype.element_ty
+    b_beta = tl.load(beta + rows * H + i_h, mask=m_t, other=0.0).to(tl.float32)
+    b_A32 = _load_A(A, rows, m_t, i_h, H, BT, True)
+    b_A = b_A32.to(dtype)
+    b_dA, b_dbeta = _wy_values(v, ddelta, dv, b_A, b_beta, rows, m_t, i_h, H, V, BT, BV, F32_DOT, False)
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        p_k = (rows[:, None] * H + i_h) * K + o_k[None, :]
+        m_tk = m_t[:, None] & m_k[None, :]
+        b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+        b_kg = _tile(k, rows, m_t, i_h, o_k, m_k, H, K) * _exp(b_b)
+        b_dA_k, b_dkg, b_dbeta_k = _wy_keys(tl.load(dw + p_k, mask=m_tk, other=0.0), b_A, b_kg, b_beta, F32_DOT,
+                                            False)
+        b_dA += b_dA_k
+        b_dbeta += b_dbeta_k
+        tl.store(dk + p_k, tl.load(dk_state + p_k, mask=m_tk, other=0.0) + b_dkg * _exp(b_b), mask=m_tk)
+        tl.store(dg + p_k, tl.load(dg_state + p_k, mask=m_tk, other=0.0)
+                 + tl.cumsum(b_kg * b_dkg, axis=0, reverse=True), mask=m_tk)
+    tl.store(dL + (rows[:, None] * H + i_h) * BT + o_t[None, :], _dL(b_dA, b_A32, m_t, BT, False), mask=m_t[:, None])
+    tl.store(dbeta + rows * H + i_h, b_dbeta, mask=m_t)
+
+
+# ----------------------------------------------------------------------------- backward: intra-chunk
+
+
+@triton.autotune(configs=_configs("BK", (16, 32, 64)), key=["H", "K", "BT"],
+                 prune_configs_by={"early_config_prune": _prune("BK", "q")})
+@triton.jit
+def chunk_kda_bwd_intra_kernel(q, k, b, beta, dAqk, dL, dq_in, dk_in, dg_in, dbeta_in, bounds,  # inputs
+                               dq, dk, dg, dbeta,  # outputs: dq, dk in the inputs' dtype; dg, dβ float32
+                               scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                               BK: tl.constexpr, F32_DOT: tl.constexpr):
+    """(kda.11–kda.13) What flows through Aqk and L: with e_rs = exp(b_r − b_s),
+
+        dq°_r = scale Σ_{s<r} dAqk[r, s] k_s e_rs,   dk°_s = scale Σ_{r>s} dAqk[r, s] q_r e_rs,
+        Y_r = Σ_{s<r} dL[r, s] k_s e_rs,             Z_s = Σ_{r>s} dL[r, s] β_r k_r e_rs,
+
+    added to the inputs' dq, dk (with the diagonal of Aqk and β_r Y_r), dβ_r += k_r · Y_r, and
+    dg += Σ_{r≥t} P_r, P = q ⊙ dq° − k ⊙ dk° + k ⊙ β Y − k ⊙ Z (no diagonal term). Sub-chunks are
+    visited last first, carrying Σ P of the later ones; ratios as in the forward (both factors ≤ 1)."""
+    i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    start, end = _chunk(bounds, i_s)
+    if start >= end:
+        return
+    o_t = tl.arange(0, BT)
+    rows = start + o_t
+    m_t = rows < end
+    o_c = tl.arange(0, BC)
+    b_beta = tl.load(beta + rows * H + i_h, mask=m_t, other=0.0).to(tl.float32)
+    b_dbeta = tl.load(dbeta_in + rows * H + i_h, mask=m_t, other=0.0)
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        b_tail = tl.zeros([BK], tl.float32)  # Σ P over the later sub-chunks
+        for i_rev in tl.static_range(BT // BC):
+            i_sub = BT // BC - 1 - i_rev
+            rows_i, m_i, b_qi, b_ki, b_bi, b_k, b_b, b_bn, b_bm = _intra_tiles(q, k, b, i_sub, start, end, i_h,
+                                                                               o_k, m_k, H, K, BT)
+            b_q = _tile(q, rows, m_t, i_h, o_k, m_k, H, K)
+            b_betai = tl.load(beta + rows_i * H + i_h, mask=m_i, other=0.0).to(tl.float32)
+            p_rows = (rows_i[:, None] * H + i_h) * BT + o_t[None, :]  # this sub-chunk's rows [BC, BT]
+            p_cols = (rows[:, None] * H + i_h) * BT + i_sub * BC + o_c[None, :]  # its columns [BT, BC]
+            p_own = (rows_i[:, None] * H + i_h) * BT + i_sub * BC + o_c[None, :]  # its own block [BC, BC]
+            m_rows = m_i[:, None] & m_t[None, :]
+            m_cols = m_t[:, None] & m_i[None, :]
+            # rows of this sub-chunk against earlier keys, through its first row n
+            earlier = o_t < i_sub * BC
+            b_kn = tl.where(earlier[:, None], b_k * _exp(tl.where(earlier[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
+            b_en = _exp(b_bi - b_bn[None, :])
+            b_dAqk_r = tl.where(earlier[None, :], tl.load(dAqk + p_rows, mask=m_rows, other=0.0), 0.0)
+            b_dL_r = tl.where(earlier[None, :], tl.load(dL + p_rows, mask=m_rows, other=0.0), 0.0)
+            b_dqs = b_en * tl.dot(b_dAqk_r, b_kn, input_precision=F32_DOT) * scale  # [BC, BK]
+            b_Y = b_en * tl.dot(b_dL_r, b_kn, input_precision=F32_DOT)
+            # keys of this sub-chunk against later rows, through its last row m
+            later = o_t >= i_sub * BC + BC
+            b_xm = tl.where(later[:, None], _exp(tl.where(later[:, None], b_b - b_bm[None, :], 0.0)), 0.0)
+            b_em = _exp(b_bm[None, :] - b_bi)
+            b_dAqk_c = tl.where(later[:, None], tl.load(dAqk + p_cols, mask=m_cols, other=0.0), 0.0)
+            b_dL_c = tl.where(later[:, None], tl.load(dL + p_cols, mask=m_cols, other=0.0), 0.0)
+            b_dks = b_em * tl.dot(tl.trans(b_dAqk_c), b_q * b_xm, input_precision=F32_DOT) * scale
+            b_Z = b_em * tl.dot(tl.trans(b_dL_c), b_k * b_beta[:, None] * b_xm, input_precision=F32_DOT)
+            # the own block, strictly below its diagonal
+            b_dAqk_o = tl.load(dAqk + p_own, mask=m_i[:, None] & m_i[None, :], other=0.0)
+            b_dL_o = tl.load(dL + p_own, mask=m_i[:, None] & m_i[None, :], other=0.0)
+            b_ratio = _diagonal_ratio(b_bi, True)  # [BC, BC, BK]
+            b_rq = b_ratio * b_dAqk_o[:, :, None]
+            b_rl = b_ratio * b_dL_o[:, :, None]
+            b_dqs += scale * tl.sum(b_rq * b_ki[None, :, :], axis=1)
+            b_dks += scale * tl.sum(b_rq * b_qi[:, None, :], axis=0)
+            b_Y += tl.sum(b_rl * b_ki[None, :, :], axis=1)
+            b_Z += tl.sum(b_rl * (b_ki * b_betai[:, None])[:, None, :], axis=0)
+            # (kda.13) P, every diagonal term left out
+            b_dkrow = b_Y * b_betai[:, None]
+            b_p = b_qi * b_dqs - b_ki * b_dks + b_ki * b_dkrow - b_ki * b_Z
+            b_diag = tl.sum(tl.where(o_c[:, None] == o_c[None, :], b_dAqk_o, 0.0), axis=1)  # [BC] dAqk[r, r]
+            p_i = (rows_i[:, None] * H + i_h) * K + o_k[None, :]
+            m_ik = m_i[:, None] & m_k[None, :]
+            b_dq = tl.load(dq_in + p_i, mask=m_ik, other=0.0) + b_dqs + scale * b_diag[:, None] * b_ki
+            b_dk = (tl.load(dk_in + p_i, mask=m_ik, other=0.0) + b_dks + scale * b_diag[:, None] * b_qi + b_dkrow
+                    + b_Z)
+            b_dg = tl.load(dg_in + p_i, mask=m_ik, other=0.0) + tl.cumsum(b_p, axis=0, reverse=True) + b_tail[None, :]
+            b_tail += tl.sum(b_p, axis=0)
+            tl.store(dq + p_i, b_dq.to(dq.dtype.element_ty), mask=m_ik)
+            tl.store(dk + p_i, b_dk.to(dk.dtype.element_ty), mask=m_ik)
+            tl.store(dg + p_i, b_dg, mask=m_ik)
+            # (kda.12) dβ_r += k_r · Y_r, placed at this sub-chunk's rows of the chunk
+            b_dbi = tl.sum(b_ki * b_Y, axis=1)  # [BC]
+            o_own = o_c + i_sub * BC
+            b_dbeta += tl.sum(tl.where(o_t[None, :] == o_own[:, None], b_dbi[:, None], 0.0), axis=0)
+    tl.store(dbeta + rows * H + i_h, b_dbeta, mask=m_t)
+
+
+# ----------------------------------------------------------------------------- recurrent form
+
+
+def _recurrent_configs():
+    return [triton.Config({"BV": bv}, num_warps=w) for bv in (16, 32, 64) for w in (2, 4)]
+
+
+def _prune_recurrent(configs, named_args, **_):
+    """Block sizes that fit V, and [BK, BV] state tiles that fit in registers."""
+    BK = triton.next_power_of_2(named_args["q"].shape[-1])
+    BVmax = max(16, triton.next_power_of_2(named_args["v"].shape[-1]))
+    kept = [c for c in configs if c.kwargs["BV"] <= BVmax and BK * c.kwargs["BV"] <= 8192]
+    return kept or [min(configs, key=lambda c: c.kwargs["BV"])]
+
+
+@triton.jit
+def _token(q, k, v, g, beta, t, i_h, o_k, o_v, m_k, m_v, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr):
+    """Row t of q, k, g ([BK]), v ([BV]) and β, as float32."""
+    b_q = tl.load(q + (t * H + i_h) * K + o_k, mask=m_k, other=0.0).to(tl.float32)
+    b_k = tl.load(k + (t * H + i_h) * K + o_k, mask=m_k, other=0.0).to(tl.float32)
+    b_g = tl.load(g + (t * H + i_h) * K + o_k, mask=m_k, other=0.0).to(tl.float32)
+    b_v = tl.load(v + (t * H + i_h) * V + o_v, mask=m_v, other=0.0).to(tl.float32)
+    b_beta = tl.load(beta + t * H + i_h).to(tl.float32)
+    return b_q, b_k, b_v, b_g, b_beta
+
+
+@triton.jit
+def _delta_step(b_h, b_k, b_v, b_g, b_beta):
+    """(kda.1) S' = diag(exp g) S, r = v − S'ᵀ k, S = S' + β k rᵀ; returns (S', r, S)."""
+    b_hp = b_h * _exp(b_g)[:, None]
+    b_r = b_v - tl.sum(b_hp * b_k[:, None], axis=0)  # [BV]
+    return b_hp, b_r, b_hp + b_k[:, None] * (b_beta * b_r)[None, :]
+
+
+@triton.autotune(configs=_recurrent_configs(), key=["H", "K", "V", "SAVE"],
+                 prune_configs_by={"early_config_prune": _prune_recurrent})
+@triton.heuristics({"SAVE": given("ckpt")})
+@triton.jit
+def recurrent_kda_fwd_kernel(q, k, v, g, beta, h0, cu_seqlens,  # inputs
+                             o, ht, ckpt,  # outputs; ckpt [TT // CHUNK + N + 1, H, K, V]: the state every CHUNK steps
+                             scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                             BK: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr, SAVE: tl.constexpr):
+    """(kda.1) One sequence·head, one value block, token by token; the state stays in registers."""
+    i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    i_n, i_h = i_nh // H, i_nh % H
+    bos, eos = sequence_bounds(cu_seqlens, i_n)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    m_h = m_k[:, None] & m_v[None, :]
+    p_state = o_k[:, None] * V + o_v[None, :]
+    p_ckpt = ckpt + ((bos // CHUNK + i_n) * H + i_h) * K * V + p_state  # checkpoint 0 of this sequence
+    b_h = tl.load(h0 + i_nh * K * V + p_state, mask=m_h, other=0.0)  # [BK, BV]
+    for i in range(0, eos - bos):
+        if SAVE:
+            tl.store(p_ckpt + (i // CHUNK) * H * K * V, b_h, mask=m_h & (i % CHUNK == 0))
+        t = bos + i
+        b_q, b_k, b_v, b_g, b_beta = _token(q, k, v, g, beta, t, i_h, o_k, o_v, m_k, m_v, H, K, V)
+        _, _, b_h = _delta_step(b_h, b_k, b_v, b_g, b_beta)
+        b_o = tl.sum(b_h * (b_q * scale)[:, None], axis=0)
+        tl.store(o + (t * H + i_h) * V + o_v, b_o.to(o.dtype.element_ty), mask=m_v)
+    tl.store(ht + i_nh * K * V + p_state, b_h, mask=m_h)
+
+
+@triton.jit
+def recurrent_kda_bwd_kernel(q, k, v, g, beta, do, dht, ckpt, cu_seqlens,  # inputs
+                             dq, dk, dg, dbeta, dv, dh0, scratch,
+                             # outputs: dq, dk, dg [NV, TT, H, K] and dβ [NV, TT, H] partial over value blocks
+                             # (f32); dv [TT, H, V]; dS_0; scratch [NV·N·H, CHUNK, BK, BV]
+                             scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                             BK: tl.constexpr, BV: tl.constexpr, CHUNK: tl.constexpr):
+    """(kda.14) One sequence·head, one value block, last token first. Each chunk of CHUNK steps is
+    recomputed from its checkpoint into the scratch (the state before every step), then walked back."""
+    i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    NH = tl.num_programs(1)
+    i_n, i_h = i_nh // H, i_nh % H
+    bos, eos = sequence_bounds(cu_seqlens, i_n)
+    n = eos - bos
+    TT = tl.load(cu_seqlens + NH // H)  # the packed length: the last bound
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    m_h = m_k[:, None] & m_v[None, :]
+    p_state = o_k[:, None] * V + o_v[None, :]
+    p_tile = o_k[:, None] * BV + tl.arange(0, BV)[None, :]
+    p_scratch = scratch + (i_v * NH + i_nh) * CHUNK * BK * BV
+    p_ckpt = ckpt + ((bos // CHUNK + i_n) * H + i_h) * K * V + p_state
+    b_dh = tl.load(dht + i_nh * K * V + p_state, mask=m_h, other=0.0)  # [BK, BV]
+    n_chunks = tl.cdiv(n, CHUNK)
+    for c_rev in range(0, n_chunks):
+        c = n_chunks - 1 - c_rev
+        b_h = tl.load(p_ckpt + c * H * K * V, mask=m_h, other=0.0)
+        t0 = c * CHUNK
+        steps = tl.minimum(n - t0, CHUNK)
+        for j in range(0, steps):  # the state before each step of the chunk
+            tl.store(p_scratch + j * BK * BV + p_tile, b_h)
+            _, b_k, b_v, b_g, b_beta = _token(q, k, v, g, beta, bos + t0 + j, i_h, o_k, o_v, m_k, m_v, H, K, V)
+            _, _, b_h = _delta_step(b_h, b_k, b_v, b_g, b_beta)
+        tl.debug_barrier()
+        for j_rev in range(0, steps):
+            j = steps - 1 - j_rev
+            t = bos + t0 + j
+            b_prev = tl.load(p_scratch + j * BK * BV + p_tile)
+            b_q, b_k, b_v, b_g, b_beta = _token(q, k, v, g, beta, t, i_h, o_k, o_v, m_k, m_v, H, K, V)
+            b_do = tl.load(do + (t * H + i_h) * V + o_v, mask=m_v, other=0.0).to(tl.float32)
+            b_hp, b_r, b_h = _delta_step(b_prev, b_k, b_v, b_g, b_beta)
+            b_dh += (b_q * scale)[:, None] * b_do[None, :]  # dS_t
+            b_ddelta = tl.sum(b_dh * b_k[:, None], axis=0)  # [BV] dδ = dS_tᵀ k
+            b_dp = -b_beta * b_ddelta  # the gradient of S'ᵀ k
+            b_dhp = b_dh + b_k[:, None] * b_dp[None, :]  # dS'
+            b_dq = tl.sum(b_h * b_do[None, :], axis=1) * scale
+            b_dk = tl.sum(b_dh * (b_beta * b_r)[None, :], axis=1) + tl.sum(b_hp * b_dp[None, :], axis=1)
+            b_dg = tl.sum(b_dhp * b_hp, axis=1)
+            p_k = ((i_v * TT + t) * H + i_h) * K + o_k
+            tl.store(dq + p_k, b_dq, mask=m_k)
+            tl.store(dk + p_k, b_dk, mask=m_k)
+            tl.store(dg + p_k, b_dg, mask=m_k)
+            tl.store(dbeta + (i_v * TT + t) * H + i_h, tl.sum(b_ddelta * b_r, axis=0))
+            tl.store(dv + (t * H + i_h) * V + o_v, (b_beta * b_ddelta).to(dv.dtype.element_ty), mask=m_v)
+            b_dh = b_dhp * _exp(b_g)[:, None]  # dS_{t−1}
+        tl.debug_barrier()  # the next chunk overwrites the scratch
+    tl.store(dh0 + i_nh * K * V + p_state, b_dh, mask=m_h)
