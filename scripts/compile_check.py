@@ -6,11 +6,13 @@ with `workbench.launch.triton_call` replaced by a stand-in that compiles the ker
 its optimiser and ptxas, for sm_90 by default) for every autotune config, with the argument dtypes
 and constexprs of the real launch, and returns zeros. Run it in its own process:
 
-    python scripts/compile_check.py chunk_gla flash_attention recurrent
+    python scripts/compile_check.py chunk_gla flash_attention recurrent chunk_kda recurrent_kda
     QUICK=1 python scripts/compile_check.py chunk_gla      # bfloat16, one head size, one chunk size
 
 It prints one line per (kernel, config) with the shared memory and register spills, and exits 1 if
-any compilation failed.
+any compilation failed, or if a config that survives the kernel's `prune_configs_by` (one that can
+run) asks for more shared memory than the target has (`SMEM_LIMIT`; Triton checks that only at
+launch, so on the GPU it surfaces as a failed custom call).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ DTYPES = (jnp.bfloat16,) if QUICK else (jnp.bfloat16, jnp.float32)
 TARGET = GPUTarget("cuda", int(os.environ.get("CC", "90")), 32)
 _DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "int32": "i32", "int64": "i64",
            "int8": "i8", "uint32": "u32", "bool": "i1"}
+SMEM_LIMIT = int(os.environ.get("SMEM_LIMIT", 232448))  # bytes per block, opt-in maximum of sm_90 (H100/H200)
 FAILURES: list[str] = []
 SEEN: set = set()
 
@@ -65,12 +68,16 @@ def compile_call(*args, kernel, out_shape, grid, name="", zeroed_outputs=(), inp
             continue
         named[p.name] = values[i]
         i += 1
+    runnable = configs
+    prune = getattr(tuner, "early_config_prune", None) if tuner is not None else None
+    if prune is not None:
+        runnable = prune(configs, {**named, **metaparams})
     for config in configs:
         const = {**metaparams, **config.kwargs}
         for h in reversed(heuristics):
             for key, fn in h.items():
                 const[key] = fn({**named, **const})
-        signature, constexprs = {}, {}
+        signature, constexprs, attrs = {}, {}, {}
         for idx, p in enumerate(params):
             if p.is_constexpr or p.name in const:
                 signature[p.name] = "constexpr"
@@ -79,6 +86,9 @@ def compile_call(*args, kernel, out_shape, grid, name="", zeroed_outputs=(), inp
                 v = named[p.name]
                 if hasattr(v, "dtype") and hasattr(v, "shape"):
                     signature[p.name] = "*" + _DTYPES[jnp.dtype(v.dtype).name]
+                    # XLA buffers are 16-byte aligned and jax-triton tells the compiler so; without
+                    # this, loads are not vectorised or pipelined and shared memory is underestimated
+                    attrs[(idx,)] = [["tt.divisibility", 16]]
                 else:
                     signature[p.name] = _scalar_type(v)
         key = (jit.__name__, tuple(signature.items()), tuple(sorted(constexprs.items())), config.num_warps,
@@ -88,10 +98,17 @@ def compile_call(*args, kernel, out_shape, grid, name="", zeroed_outputs=(), inp
         SEEN.add(key)
         label = f"{jit.__name__} {config.kwargs} w{config.num_warps} s{config.num_stages}"
         try:
-            compiled = triton.compile(ASTSource(fn=jit, signature=signature, constexprs=constexprs), target=TARGET,
+            compiled = triton.compile(ASTSource(fn=jit, signature=signature, constexprs=constexprs, attrs=attrs),
+                                      target=TARGET,
                                       options=dict(num_warps=config.num_warps, num_stages=config.num_stages))
-            print(f"ok    {label}: shared {compiled.metadata.shared} B, spills {getattr(compiled, 'n_spills', '?')}",
-                  flush=True)
+            shared = compiled.metadata.shared
+            verdict = "ok   "
+            if shared > SMEM_LIMIT:
+                verdict = "OVER " if config in runnable else "over "  # "over": pruned for this launch, never runs
+                if config in runnable:
+                    FAILURES.append(label)
+            print(f"{verdict} {label}: shared {shared} B{' > ' + str(SMEM_LIMIT) if shared > SMEM_LIMIT else ''}, "
+                  f"spills {getattr(compiled, 'n_spills', '?')}", flush=True)
         except Exception as e:  # report every failing config, then exit 1
             FAILURES.append(label)
             print(f"FAIL  {label}: {type(e).__name__}: {str(e)[-1200:]}", flush=True)
@@ -134,6 +151,16 @@ def check_flash_attention():
             for causal in (False, True):
                 jax.eval_shape(lambda *a: _grad_all(lambda q, k, v: workbench.flash_attention(q, k, v, causal=causal),
                                                     a), q, q, q)
+        # every optional input at once (bias tiles take shared memory too), at a non-power-of-two head dim
+        for D in (80,) if QUICK else (80, 128, 256):
+            q = jnp.zeros((1, 512, 4, D), dtype)
+            kv = jnp.zeros((1, 512, 1, D), dtype)
+            bias = jnp.zeros((1, 4, 512, 512), dtype)
+            sinks = jnp.zeros((4,), dtype)
+            for causal in (False, True):
+                jax.eval_shape(lambda *a: _grad_all(lambda q, k, v, bias, sinks: workbench.flash_attention(
+                    q, k, v, causal=causal, sliding_window=256, softcap=30.0, bias=bias, sinks=sinks), a),
+                    q, kv, kv, bias, sinks)
 
 
 def check_recurrent():
@@ -143,7 +170,30 @@ def check_recurrent():
         jax.eval_shape(lambda *a: _grad_all(lambda q, k, v, gk: workbench.recurrent(q, k, v, gk=gk), a), q, q, q, q)
 
 
-CHECKS = {"chunk_gla": check_chunk_gla, "flash_attention": check_flash_attention, "recurrent": check_recurrent}
+def check_chunk_kda():
+    _patch()
+    from workbench.kda import Tuning
+    for dtype in DTYPES:
+        for K, V in ((128, 128),) if QUICK else ((64, 64), (128, 128)):
+            q, k, g = (jnp.zeros((2, 256, 4, K), dtype) for _ in range(3))
+            v = jnp.zeros((2, 256, 4, V), dtype)
+            beta = jnp.zeros((2, 256, 4), dtype)
+            for cs in (64,) if QUICK else (16, 32, 64):
+                for fused in (True, False):
+                    jax.eval_shape(lambda *a: _grad_all(lambda *x: workbench.chunk_kda(
+                        *x, chunk_size=cs, tuning=Tuning(fused_backward=fused)), a), q, k, v, g, beta)
+
+
+def check_recurrent_kda():
+    _patch()
+    for dtype in DTYPES:
+        for K in (128,) if QUICK else (64, 128):
+            q = jnp.zeros((2, 256, 4, K), dtype)
+            beta = jnp.zeros((2, 256, 4), dtype)
+            jax.eval_shape(lambda *a: _grad_all(lambda *x: workbench.recurrent_kda(*x), a), q, q, q, q, beta)
+
+
+CHECKS = {"chunk_gla": check_chunk_gla, "chunk_kda": check_chunk_kda, "recurrent_kda": check_recurrent_kda, "flash_attention": check_flash_attention, "recurrent": check_recurrent}
 
 if __name__ == "__main__":
     names = sys.argv[1:] or list(CHECKS)
