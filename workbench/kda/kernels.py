@@ -277,10 +277,11 @@ def chunk_kda_dh_kernel(q, k, w, b, Aqk, do, dht, cu_seqlens, bounds,  # inputs
         dtype = b_do.dtype
         b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
         b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)
-        b_khat = _tile(k, rows, m_t, i_h, o_k, m_k, H, K) * _khat_decay(b_b, b_bL, rows, end)
+        # k̂ as the forward rounded it, against the float32 dH (the reference's product keeps dH in float32)
+        b_khat = (_tile(k, rows, m_t, i_h, o_k, m_k, H, K) * _khat_decay(b_b, b_bL, rows, end)).to(dtype)
         b_Aqk = _matrix(Aqk, rows, m_t, i_h, H, BT).to(dtype)
         b_ddelta = (tl.dot(tl.trans(b_Aqk), b_do, input_precision=F32_DOT)
-                    + tl.dot(b_khat.to(dtype), b_dh.to(dtype), input_precision=F32_DOT)).to(dtype)
+                    + tl.dot(b_khat.to(tl.float32), b_dh, input_precision=F32_DOT)).to(dtype)
         tl.store(ddelta + (rows[:, None] * H + i_h) * V + o_v[None, :], b_ddelta, mask=m_t[:, None] & m_v[None, :])
         b_qbar = (_tile(q, rows, m_t, i_h, o_k, m_k, H, K) * _exp(b_b) * scale).to(dtype)
         b_w = _rows(w, rows, m_t, i_h, o_k, m_k, H, K)
@@ -372,7 +373,7 @@ def _inter_keys(delta, ddelta, do, hs, dhs, i_s, rows, m_t, i_h, o_k, m_k, H: tl
         b_delta = _rows(delta, rows, m_t, i_h, o_v, m_v, H, V)
         b_du = _rows(ddelta, rows, m_t, i_h, o_v, m_v, H, V)
         b_dqbar += tl.dot(b_do, tl.trans(b_h.to(dtype)), input_precision=F32_DOT)
-        b_dkhat += tl.dot(b_delta, tl.trans(b_dh.to(dtype)), input_precision=F32_DOT)
+        b_dkhat += tl.dot(b_delta.to(tl.float32), tl.trans(b_dh), input_precision=F32_DOT)  # dH stays float32
         b_dw -= tl.dot(b_du, tl.trans(b_h.to(dtype)), input_precision=F32_DOT)
         b_hdh += tl.sum(b_h * b_dh, axis=1)
     return b_dqbar, b_dkhat, b_dw, b_hdh

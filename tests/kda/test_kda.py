@@ -1,0 +1,239 @@
+"""Properties of `workbench.chunk_kda` and `workbench.recurrent_kda`: both Triton paths against the
+float64 oracle (the definition, `recurrent_kda_ref`, on float64 casts of the same inputs), the
+chunkwise reference against the definition, varlen as a loop over sequences, fused = unfused
+backward, and every autotune config.
+
+Every comparison covers the forward outputs *and* the gradient of every differentiable input (q, k,
+v, g, beta, initial_state), with random cotangents for both `o` and `final_state`. Each kernel is held
+to 1.5× the error of its own reference run in the same dtype (chunk_kda: the chunkwise reference;
+recurrent_kda: the definition). Inputs come from a drawn integer seed (`kda.inputs.kda_inputs`).
+Sizes stay small (T ≤ 64, K, V ≤ 40): on a CPU the kernels run in Triton's interpreter.
+"""
+
+import workbench  # noqa: F401  (first: configures Triton's interpreter before triton loads)
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from workbench import launch, strategies, testing
+from workbench.kda import Tuning, kernels
+from workbench.kda.inputs import kda_inputs
+from workbench.kda.reference import recurrent_kda_ref
+
+DIFFERENTIABLE = ("q", "k", "v", "g", "beta", "initial_state")
+GRAD_NAME = {"q": "dq", "k": "dk", "v": "dv", "g": "dg", "beta": "dbeta", "initial_state": "dh0"}
+EXACT = 1e-5  # RMS-relative gap allowed between two float32 evaluations of the same sums
+
+pytestmark = pytest.mark.usefixtures("ieee_float32")
+
+oracle_examples = strategies.fewer_examples(6, minimum=1)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def cotangents(seed, inputs, n_seqs=None):
+    """Random cotangents for (o, final_state), in the dtypes of those outputs."""
+    v, q = inputs["v"], inputs["q"]
+    N = q.shape[0] if n_seqs is None else n_seqs
+    return testing.random_cotangents(seed, (jax.ShapeDtypeStruct(v.shape, v.dtype),
+                                            jax.ShapeDtypeStruct((N, q.shape[2], q.shape[3], v.shape[3]),
+                                                                 jnp.float32)))
+
+
+def _outputs_and_grads(inputs, cts, op, **options):
+    diff = {n: x for n, x in inputs.items() if n in DIFFERENTIABLE}
+    rest = {n: x for n, x in inputs.items() if n not in DIFFERENTIABLE}
+    (o, ht), pullback = jax.vjp(lambda d: op(**d, **rest, **options), diff)
+    (grads,) = pullback(cts)
+    return {"o": o, "final_state": ht, **{GRAD_NAME[n]: x for n, x in grads.items()}}
+
+
+_jitted = jax.jit(_outputs_and_grads, static_argnames=("op", "implementation", "scale", "chunk_size", "tuning",
+                                                       "variant"))
+
+
+def outputs_and_grads(inputs, cts, op=None, **options):
+    """{"o", "final_state", "dq", …} under `jax.jit` (`cu_seqlens`, when given, is then traced)."""
+    return _jitted(inputs, cts, op=op or workbench.chunk_kda, **options)
+
+
+def check_against_oracle(inputs, seed, chunk_size=64, definition=False, **kwargs):
+    """chunk_kda and recurrent_kda (Triton) and their references in the same dtype against the float64
+    definition; hold the budget. definition: also check that the float64 chunkwise reference equals
+    the definition (the derivation tests check that form too, so CI skips the extra compilation)."""
+    n_seqs = None if kwargs.get("cu_seqlens") is None else kwargs["cu_seqlens"].shape[0] - 1
+    cts = cotangents(seed, inputs, n_seqs)
+    inputs64, cts64 = testing.to_float64(inputs), testing.to_float64(cts)
+    oracle = outputs_and_grads(inputs64, cts64, op=recurrent_kda_ref, **kwargs)
+    if definition:
+        chunk64 = outputs_and_grads(inputs64, cts64, implementation="reference", chunk_size=chunk_size, **kwargs)
+        for name in oracle:
+            gap = testing.rms_rel(chunk64[name], oracle[name])
+            assert gap <= 1e-12, f"{name}: chunkwise ≠ recurrent in float64 ({gap:.1e})"
+    runs = {
+        "chunk_kda": (outputs_and_grads(inputs, cts, implementation="triton", chunk_size=chunk_size, **kwargs),
+                      outputs_and_grads(inputs, cts, implementation="reference", chunk_size=chunk_size, **kwargs)),
+        "recurrent_kda": (outputs_and_grads(inputs, cts, op=workbench.recurrent_kda, implementation="triton", **kwargs),
+                          outputs_and_grads(inputs, cts, op=recurrent_kda_ref, **kwargs)),
+    }
+    shapes = {n: tuple(x.shape) for n, x in inputs.items() if hasattr(x, "shape")}
+    print(f"\nkda vs float64 oracle: seed={seed} chunk_size={chunk_size} {kwargs} {shapes}")
+    comparisons = []
+    for op, (kernel, reference) in runs.items():
+        assert kernel["o"].dtype == inputs["v"].dtype and kernel["final_state"].dtype == jnp.float32
+        for name in kernel:
+            assert kernel[name].shape == oracle[name].shape, name
+            assert kernel[name].dtype == reference[name].dtype, name
+        rows = [testing.compare(f"{op[:5]} {name}", kernel[name], reference[name], oracle[name]) for name in kernel]
+        print("\n".join(map(str, rows)))
+        comparisons += rows
+    testing.assert_within_budget(comparisons)
+    return runs["chunk_kda"][0]
+
+
+def assert_same(actual, expected, tol=EXACT):
+    """Two dicts of results agree name by name (RMS-relative, finite); shapes and dtypes equal."""
+    assert set(actual) == set(expected)
+    for name in expected:
+        a, e = np.asarray(actual[name], np.float64), np.asarray(expected[name], np.float64)
+        assert a.shape == e.shape, f"{name}: shape {a.shape} != {e.shape}"
+        assert actual[name].dtype == expected[name].dtype, f"{name}: {actual[name].dtype} != {expected[name].dtype}"
+        assert np.all(np.isfinite(a)), f"{name}: not finite"
+        err = testing.rms_rel(a, e)
+        assert err <= tol, f"{name}: RMS-relative gap {err:.2e} > {tol:.0e} (max |Δ| {testing.max_abs(a, e):.2e})"
+
+
+# ----------------------------------------------------------------------------- kernels ≈ oracle
+
+
+@oracle_examples
+@given(seed=strategies.seeds, dtype=strategies.kernel_dtypes, T=st.sampled_from([1, 17, 40, 64]),
+       H=st.sampled_from([1, 2]), K=st.sampled_from([8, 16, 24]), V=st.sampled_from([8, 20, 32]),
+       strength=st.sampled_from([0.1, 1.0, 3.0]), chunk_size=st.sampled_from([16, 32, 64]))
+def test_matches_float64_oracle(seed, dtype, T, H, K, V, strength, chunk_size):
+    inputs = kda_inputs(seed, 1, T, H, K, V, dtype=dtype, strength=strength)
+    check_against_oracle(inputs, seed + 1, chunk_size=chunk_size)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=lambda d: jnp.dtype(d).name)
+@strategies.fewer_examples(2, minimum=2)
+@given(seed=strategies.seeds, T=st.sampled_from([1, 17, 40, 64]), H=st.sampled_from([1, 2]),
+       K=st.sampled_from([8, 16, 24]), V=st.sampled_from([8, 20, 32]), strength=st.sampled_from([0.1, 1.0, 3.0, 5.0]),
+       chunk_size=st.sampled_from([16, 32, 64]), key_scale=st.sampled_from([None, 0.3, 1.0]))
+def test_matches_float64_oracle_thoroughly(dtype, seed, T, H, K, V, strength, chunk_size, key_scale):
+    inputs = kda_inputs(seed, 1, T, H, K, V, dtype=dtype, strength=strength, key_scale=key_scale)
+    check_against_oracle(inputs, seed + 1, chunk_size=chunk_size, definition=True)
+
+
+PINNED = {
+    "varlen-empty-and-length-1-bf16": dict(shape=(1, 24, 1, 8, 8), cu_seqlens=[0, 0, 17, 18, 18, 24],
+                                           dtype=jnp.bfloat16, chunk_size=16),
+    "unnormalised-small-keys-T33-K12-V20-scale0.3": dict(shape=(1, 33, 1, 12, 20), key_scale=0.5, scale=0.3,
+                                                         chunk_size=32, slow=True),
+    "strong-decay-5-B2": dict(shape=(2, 20, 1, 8, 8), strength=5.0, chunk_size=16, slow=True),
+    "varlen-T70-over-chunk-64-f32": dict(shape=(1, 70, 2, 16, 12), cu_seqlens=[0, 1, 1, 67, 70], chunk_size=64,
+                                         slow=True),
+}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c.get("slow") else c
+                                  for c in PINNED.values()], ids=PINNED.keys())
+def test_pinned_regressions(case):
+    B, T, H, K, V = case["shape"]
+    cu = case.get("cu_seqlens")
+    inputs = kda_inputs(7, B, T, H, K, V, dtype=case.get("dtype", jnp.float32), strength=case.get("strength", 1.0),
+                        key_scale=case.get("key_scale"), n_seqs=None if cu is None else len(cu) - 1)
+    kwargs = {n: case[n] for n in ("scale",) if n in case}
+    if cu is not None:
+        kwargs["cu_seqlens"] = jnp.asarray(cu, jnp.int32)
+    out = check_against_oracle(inputs, 8, chunk_size=case["chunk_size"], definition=case.get("slow", False), **kwargs)
+    if cu is not None:  # an empty sequence passes its state through: S_T = S_0
+        for n in np.flatnonzero(np.diff(cu) == 0):
+            np.testing.assert_array_equal(out["final_state"][n], inputs["initial_state"][n])
+
+
+# ----------------------------------------------------------------------------- laws
+
+
+@pytest.mark.slow
+def test_varlen_equals_per_sequence_loop():
+    """Packed sequences (an empty one, a length-1 one, one over a chunk boundary) = each sequence alone."""
+    bounds = [0, 1, 1, 21, 30]
+    N, TT = len(bounds) - 1, bounds[-1]
+    inputs = kda_inputs(3, 1, TT, 1, 8, 12, n_seqs=N)
+    cts = cotangents(4, inputs, N)
+    packed = outputs_and_grads({**inputs, "cu_seqlens": jnp.asarray(bounds, jnp.int32)}, cts, chunk_size=16)
+    do, dht = cts
+    for n, (bos, eos) in enumerate(zip(bounds[:-1], bounds[1:])):
+        if bos == eos:
+            np.testing.assert_array_equal(packed["final_state"][n], inputs["initial_state"][n])
+            np.testing.assert_array_equal(packed["dh0"][n], dht[n])
+            continue
+        one = {name: (x[n:n + 1] if name == "initial_state" else x[:, bos:eos]) for name, x in inputs.items()}
+        alone = outputs_and_grads(one, (do[:, bos:eos], dht[n:n + 1]), chunk_size=16)
+        sliced = {name: (x[n:n + 1] if name in ("final_state", "dh0") else x[:, bos:eos])
+                  for name, x in packed.items()}
+        assert_same(sliced, alone)
+
+
+@pytest.mark.slow
+def test_fused_and_unfused_backward_agree():
+    """The fused WY + dq/dk/dg kernel and the two-kernel variant compute the same sums (in CI the
+    config test compares every config of the unfused kernels with the fused default)."""
+    inputs = kda_inputs(11, 1, 40, 2, 24, 20, strength=1.0)
+    cts = cotangents(12, inputs)
+    fused = outputs_and_grads(inputs, cts, chunk_size=16)
+    unfused = outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(fused_backward=False))
+    assert_same(unfused, fused, tol=1e-6)
+
+
+# ----------------------------------------------------------------------------- tuning
+
+CHUNK_AUTOTUNED = {"chunk_kda_wu_kernel": "forward", "chunk_kda_h_kernel": "forward", "chunk_kda_o_kernel": "forward",
+                   "chunk_kda_dh_kernel": "backward", "chunk_kda_bwd_wy_dqkg_fused_kernel": "backward",
+                   "chunk_kda_bwd_intra_kernel": "backward", "chunk_kda_bwd_inter_kernel": "unfused",
+                   "chunk_kda_bwd_wy_kernel": "unfused", "recurrent_kda_fwd_kernel": "recurrent"}
+
+
+@pytest.fixture(scope="module")
+def tuning_problem():
+    """K = V = 40 (blocks of 32 and 64 give two blocks, the second partial, and one; 16 gives three), T = 20
+    (a full chunk of 16 and a partial one), and the answers with every kernel at its first config (which
+    the oracle tests hold to the float64 definition)."""
+    inputs = kda_inputs(19, 1, 20, 1, 40, 40, strength=1.0)
+    cts = cotangents(20, inputs)
+    return inputs, cts, {"chunk": outputs_and_grads(inputs, cts, chunk_size=16),
+                         "recurrent": outputs_and_grads(inputs, cts, op=workbench.recurrent_kda)}
+
+
+@pytest.mark.parametrize("name", CHUNK_AUTOTUNED, ids=CHUNK_AUTOTUNED)
+def test_every_autotune_config_gives_the_same_answer(name, tuning_problem):
+    """Each config of each kernel, the others at their first, against every kernel at its first (the
+    unfused kernels against the fused default). In the interpreter num_warps and num_stages change
+    nothing, so each distinct set of block sizes runs once, and every config's set is among them."""
+    kernel = getattr(kernels, name)
+    configs = launch.autotune_configs(kernel)
+    blocks = {tuple(sorted(c.kwargs.items())): i for i, c in enumerate(configs)}
+    assert len(blocks) >= 2 and {tuple(sorted(c.kwargs.items())) for c in configs} == set(blocks)
+    inputs, cts, expected = tuning_problem
+    kind = CHUNK_AUTOTUNED[name]
+    first = tuple(sorted(configs[0].kwargs.items()))
+    for block, index in blocks.items():
+        if block == first and kind != "unfused":
+            continue  # that is the expected answer itself
+        with launch.interpreter_config(kernel, index):
+            if kind == "recurrent":
+                got, want = outputs_and_grads(inputs, cts, op=workbench.recurrent_kda), expected["recurrent"]
+            else:
+                tuning = Tuning(fused_backward=kind != "unfused")
+                got, want = outputs_and_grads(inputs, cts, chunk_size=16, tuning=tuning), expected["chunk"]
+            got = jax.block_until_ready(got)
+        for n in want:
+            err = testing.rms_rel(got[n], want[n])
+            assert err <= EXACT, f"config {configs[index]}: {n} gap {err:.2e}"
