@@ -1,0 +1,102 @@
+"""The compiled kernels on a CUDA GPU, at sizes the interpreter cannot reach (skipped on CPU)."""
+
+import workbench  # noqa: F401  (first: decides compiled vs interpreted Triton)
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from workbench.kda import Tuning
+from workbench.kda.inputs import kda_inputs
+from workbench.kda.reference import recurrent_kda_ref
+from workbench.testing import assert_within_budget, compare, random_cotangents, to_float64
+
+pytestmark = pytest.mark.gpu
+
+GRAD_NAMES = ("q", "k", "v", "g", "beta", "initial_state")
+
+
+def _run(op, inputs, cotangents, **options):
+    names = [n for n in GRAD_NAMES if n in inputs]
+    fixed = {n: x for n, x in inputs.items() if n not in names}
+
+    @jax.jit
+    def f(primals, cotangents):
+        out, pullback = jax.vjp(lambda *xs: op(**dict(zip(names, xs)), **fixed, **options), *primals)
+        return out, pullback(cotangents)
+
+    out, grads = f([inputs[n] for n in names], cotangents)
+    return out, dict(zip(names, grads))
+
+
+def _three_way(inputs, cts, chunk_size=64, **options):
+    """chunk_kda and recurrent_kda against the float64 definition, each within 1.5× its own reference."""
+    with jax.default_matmul_precision("highest"):
+        oracle = _run(recurrent_kda_ref, to_float64(inputs), to_float64(cts), **options)
+        runs = {"chunk": (_run(workbench.chunk_kda, inputs, cts, chunk_size=chunk_size, **options),
+                          _run(workbench.chunk_kda, inputs, cts, chunk_size=chunk_size, implementation="reference",
+                               **options)),
+                "recurrent": (_run(workbench.recurrent_kda, inputs, cts, **options),
+                              _run(recurrent_kda_ref, inputs, cts, **options))}
+    rows = []
+    for op, ((out_k, grads_k), (out_r, grads_r)) in runs.items():
+        rows += [compare(f"{op} o", out_k[0], out_r[0], oracle[0][0]),
+                 compare(f"{op} final_state", out_k[1], out_r[1], oracle[0][1])]
+        rows += [compare(f"{op} d{n}", grads_k[n], grads_r[n], oracle[1][n]) for n in grads_k]
+    print("\n".join(map(str, rows)))
+    assert_within_budget(rows)
+
+
+def _cotangents(seed, B, T, H, K, V, N, dtype):
+    return random_cotangents(seed, (jax.ShapeDtypeStruct((B, T, H, V), dtype),
+                                    jax.ShapeDtypeStruct((N, H, K, V), jnp.float32)))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("strength,chunk_size,key_scale", [(1.0, 64, None), (3.0, 32, None), (0.1, 16, 0.5)],
+                         ids=["chunk64", "strong-chunk32", "small-unnormalised-keys-chunk16"])
+def test_compiled_kernels_within_budget(dtype, strength, chunk_size, key_scale):
+    B, T, H, K, V = 2, 1000, 3, 64, 100
+    inputs = kda_inputs(1, B, T, H, K, V, dtype=dtype, strength=strength, key_scale=key_scale)
+    _three_way(inputs, _cotangents(2, B, T, H, K, V, B, dtype), chunk_size=chunk_size)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+def test_compiled_varlen_within_budget(dtype):
+    cu = jnp.array([0, 0, 1, 300, 777, 1024], jnp.int32)
+    inputs = kda_inputs(3, 1, 1024, 4, 64, 64, dtype=dtype, n_seqs=5)
+    _three_way(inputs, _cotangents(4, 1, 1024, 4, 64, 64, 5, dtype), cu_seqlens=cu)
+
+
+def test_compiled_head_dims_128_within_budget():
+    inputs = kda_inputs(5, 1, 512, 2, 128, 128, dtype=jnp.bfloat16)
+    _three_way(inputs, _cotangents(6, 1, 512, 2, 128, 128, 1, jnp.bfloat16))
+
+
+def test_compiled_fused_and_unfused_backward_agree():
+    """The two backward paths on the target's head size (bf16, K = V = 128): the same sums."""
+    B, T, H, K, V = 2, 2048, 4, 128, 128
+    inputs = kda_inputs(7, B, T, H, K, V, dtype=jnp.bfloat16, initial_state=False)
+    cts = _cotangents(8, B, T, H, K, V, B, jnp.bfloat16)
+    _, fused = _run(workbench.chunk_kda, inputs, cts)
+    _, unfused = _run(workbench.chunk_kda, inputs, cts, tuning=Tuning(fused_backward=False))
+    for n in fused:
+        x, y = fused[n].astype(jnp.float32), unfused[n].astype(jnp.float32)
+        gap = float(jnp.linalg.norm(x - y) / jnp.linalg.norm(y))
+        assert gap < 1e-2, f"d{n}: fused vs unfused RMS-relative gap {gap:.2e}"
+
+
+def test_compiled_target_shape_bf16_is_finite_and_matches_recurrent():
+    """B=8, T=4096, H=16, K=V=128 (the speed target): finite, and chunk ≈ recurrent."""
+    B, T, H, K, V = 8, 4096, 16, 128, 128
+    inputs = kda_inputs(9, B, T, H, K, V, dtype=jnp.bfloat16, initial_state=False)
+    cts = _cotangents(10, B, T, H, K, V, B, jnp.bfloat16)
+    (o_c, _), chunked = _run(workbench.chunk_kda, inputs, cts)
+    (o_r, _), recurrent = _run(workbench.recurrent_kda, inputs, cts)
+    for name in chunked:
+        x, y = chunked[name].astype(jnp.float32), recurrent[name].astype(jnp.float32)
+        assert bool(jnp.all(jnp.isfinite(x))), name
+        gap = float(jnp.linalg.norm(x - y) / jnp.linalg.norm(y))
+        assert gap < 2e-2, f"d{name}: chunk_kda vs recurrent_kda RMS-relative gap {gap:.2e}"
+    gap = float(jnp.linalg.norm((o_c - o_r).astype(jnp.float32)) / jnp.linalg.norm(o_r.astype(jnp.float32)))
+    assert gap < 2e-2, f"o: {gap:.2e}"
