@@ -243,6 +243,53 @@ CHUNK_GLA_QUICK = (
 )
 
 
+# ----------------------------------------------------------------------------- chunk_kda, recurrent_kda
+
+
+def _kda_case(name: str, *, B: int = 1, T: int = 40, H: int = 2, K: int = 16, V: int = 16, strength: float = 1.0,
+              key_scale: float | None = None, chunk_size: int = 16, seqlens: Sequence[int] | None = None) -> Case:
+    return Case(name, dict(B=B, T=T, H=H, K=K, V=V, strength=strength, key_scale=key_scale, chunk_size=chunk_size,
+                           seqlens=None if seqlens is None else tuple(seqlens)))
+
+
+def _run_kda(op_name: str):
+    """A runner for `workbench.<op_name>` (chunk_kda or recurrent_kda): inputs as users feed them
+    (`kda.inputs.kda_inputs`: unit-norm keys unless the case sets key_scale, β in (0, 1))."""
+
+    def run(case: Case, dtype: str, implementation: str, want_arrays: Sequence[str]) -> CaseResult:
+        from .kda.inputs import kda_inputs
+
+        p = case.params
+        seqlens = p["seqlens"]
+        B, T = (1, sum(seqlens)) if seqlens else (p["B"], p["T"])
+        inputs = kda_inputs(case.seed, B, T, p["H"], p["K"], p["V"], dtype=jnp.dtype(dtype), strength=p["strength"],
+                            key_scale=p["key_scale"], n_seqs=len(seqlens) if seqlens else None)
+        if seqlens:
+            inputs["cu_seqlens"] = jnp.asarray(np.cumsum([0, *seqlens]), jnp.int32)
+        static = ("implementation",)
+        if op_name == "chunk_kda":
+            inputs["chunk_size"] = p["chunk_size"]
+            static += ("chunk_size",)
+        # looked up at call time, so a test can swap in a broken op
+        op = jax.jit(lambda **kw: getattr(workbench, op_name)(**kw), static_argnames=static)
+        return check_vjp(op, inputs, ("q", "k", "v", "g", "beta", "initial_state"), ("o", "final_state"),
+                         implementation, case.seed, want_arrays)
+
+    return run
+
+
+# Small on purpose: each case compiles the chunkwise reference twice and interprets seven kernels.
+KDA_CASES = (
+    _kda_case("chunk64_two_chunks", T=70, H=1, chunk_size=64),
+    _kda_case("odd_dims_chunk32_small_keys", T=33, H=1, K=12, V=20, chunk_size=32, key_scale=0.5),
+    _kda_case("strong_decay_varlen", H=1, strength=3.0, seqlens=(13, 0, 1, 20)),
+)
+
+KDA_QUICK = (
+    _kda_case("tiny_kda", T=20, H=1, K=8, V=8),
+)
+
+
 # ----------------------------------------------------------------------------- flash_attention
 
 
@@ -364,6 +411,10 @@ OPS: dict[str, OpSpec] = {
                         map_cases=("all_gates_strong", "tiny_gk")),
     "chunk_gla": OpSpec(run=_run_chunk_gla, cases=CHUNK_GLA_CASES, quick=CHUNK_GLA_QUICK,
                         map_cases=("strong_decay", "tiny_g+gk")),
+    "chunk_kda": OpSpec(run=_run_kda("chunk_kda"), cases=KDA_CASES, quick=KDA_QUICK,
+                        map_cases=("strong_decay_varlen", "tiny_kda"), map_grads=("dk", "dg")),
+    "recurrent_kda": OpSpec(run=_run_kda("recurrent_kda"), cases=KDA_CASES, quick=KDA_QUICK,
+                            map_cases=("strong_decay_varlen", "tiny_kda"), map_grads=("dk", "dg")),
     "flash_attention": OpSpec(run=_run_flash, cases=FLASH_CASES, quick=FLASH_QUICK,
                               map_cases=("everything", "tiny_causal_sinks")),
 }
