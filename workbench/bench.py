@@ -104,6 +104,8 @@ class OpBench:
     call: `call(implementation, **inputs, **options)` → tuple of outputs named `outputs`.
     bytes: `bytes(shape, dtype)` → (forward, forward+backward) bytes read and written once, estimated.
     flops: `flops(shape)` → (forward, forward+backward) matmul FLOPs, for compute-bound ops (attention).
+    variants: other static choices of the Triton path, timed beside it when "triton" runs, as
+        `triton[<name>]` rows (kind "kernel", never a peer): name → keyword options of `call`.
     """
 
     shape_sets: Mapping[str, tuple[Mapping[str, int], ...]]
@@ -117,6 +119,7 @@ class OpBench:
     peers: tuple[Peer, ...] = ()
     notes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     flops: Callable[[Mapping[str, int]], tuple[float, float]] | None = None
+    variants: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -228,6 +231,76 @@ CHUNK_GLA = OpBench(
 )
 
 
+def _kda_inputs(shape, dtype, seed):
+    from .kda.inputs import kda_inputs
+
+    B, T, H, K, V = (shape[n] for n in "BTHKV")
+    return kda_inputs(seed, B, T, H, K, V, dtype=dtype, strength=0.5, initial_state=False)
+
+
+def _chunk_kda_call(implementation, q, k, v, g, beta, **options):
+    return workbench.chunk_kda(q, k, v, g, beta, implementation=implementation, **options)  # looked up per call
+
+
+def _kda_bytes(shape, dtype):
+    """`_recurrent_bytes` (q, k, g, v read; o and the state written; the backward reads them again and
+    writes one gradient per input) plus β [B,T,H] read, and its gradient written."""
+    B, T, H = (shape[n] for n in "BTH")
+    forward, forward_backward = _recurrent_bytes(shape, dtype)
+    beta = B * T * H * jnp.dtype(dtype).itemsize
+    return forward + beta, forward_backward + 3 * beta
+
+
+def _fla_chunk_kda(inputs, cotangents) -> PeerCalls:
+    """flash-linear-attention's `fla.ops.kda.chunk_kda` on the same inputs (natural-log per-key decays g)."""
+    import torch
+
+    _torch_triton_cache()
+    fn = importlib.import_module("fla.ops.kda").chunk_kda
+
+    def to_torch(x, grad=False):
+        t = torch.from_dlpack(jax.device_put(x, jax.devices()[0])).cuda().contiguous()
+        return t.detach().requires_grad_(grad)
+
+    q, k, v, g, beta = (to_torch(inputs[n], grad=True) for n in ("q", "k", "v", "g", "beta"))
+    do, dht = (to_torch(c) for c in cotangents)
+
+    def forward():
+        return tuple(fn(q, k, v, g=g, beta=beta, output_final_state=True))
+
+    def forward_backward():
+        o, ht = forward()
+        return (o, ht, *torch.autograd.grad((o, ht), (q, k, v, g, beta), (do, dht)))
+
+    return PeerCalls(forward=forward, forward_backward=forward_backward, block=lambda _: torch.cuda.synchronize(),
+                     to_numpy=lambda out: [t.detach().float().cpu().numpy() for t in out])
+
+
+def _chunk_kda_bench() -> OpBench:
+    from .kda import Tuning
+
+    return OpBench(
+        shape_sets={
+            "target": (dict(B=8, T=4096, H=16, K=128, V=128),),  # the KDA issue's target
+            "sweep": tuple(dict(B=1, T=2 ** e, H=16, K=128, V=128) for e in range(10, 15)),
+            "tiny": (dict(B=1, T=40, H=2, K=16, V=16),),
+        },
+        cpu_shape_sets=("tiny",),
+        dtype="bfloat16",
+        inputs=_kda_inputs,
+        differentiable=("q", "k", "v", "g", "beta"),
+        outputs=("o", "final_state"),
+        call=_chunk_kda_call,
+        bytes=_kda_bytes,
+        peers=(Peer("fla.ops.kda.chunk_kda", "fla", _fla_chunk_kda),),
+        variants={"unfused backward": {"tuning": Tuning(fused_backward=False)}},
+        notes={"gate_strength": 0.5, "keys": "L2-normalised", "chunk_size": 64,
+               "targets_ms": {"target": {"forward": 1.75, "forward_backward": 10.0}},
+               "fused_vs_unfused": "forward_backward of triton vs triton[unfused backward]: same forward, the "
+                                   "difference is the fused WY + dq/dk/dg kernel against its two halves"},
+    )
+
+
 def _attention_inputs(shape, dtype, seed):
     B, T, H, D = (shape[n] for n in "BTHD")
     ks = jax.random.split(jax.random.key(seed), 3)
@@ -298,7 +371,8 @@ FLASH_ATTENTION = OpBench(
                           "non_causal": {"forward": 1.9, "forward_backward": 6.3}}},
 )
 
-OPS: dict[str, OpBench] = {"recurrent": RECURRENT, "chunk_gla": CHUNK_GLA, "flash_attention": FLASH_ATTENTION}
+OPS: dict[str, OpBench] = {"recurrent": RECURRENT, "chunk_gla": CHUNK_GLA, "chunk_kda": _chunk_kda_bench(),
+                            "flash_attention": FLASH_ATTENTION}
 
 
 # ----------------------------------------------------------------------------- timing
@@ -465,6 +539,10 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
         contenders: list[tuple[str, str, Callable[[], PeerCalls]]] = [
             (impl, "kernel", lambda impl=impl: reference if impl == "reference"
              else jax_calls(op, impl, inputs, cotangents)) for impl in implementations]
+        if "triton" in implementations:
+            contenders += [(f"triton[{v}]", "kernel", lambda opts=opts: jax_calls(op, "triton", inputs, cotangents,
+                                                                                  **opts))
+                           for v, opts in op.variants.items()]
         contenders += [(p.name, "peer", lambda p=p: p.setup(inputs, cotangents)) for p in active_peers]
         if "reference" not in implementations:  # the errors still need it
             want["forward_backward"] = reference.to_numpy(reference.forward_backward())
