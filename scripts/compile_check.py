@@ -159,7 +159,8 @@ def check_flash_attention():
             sinks = jnp.zeros((4,), dtype)
             for causal in (False, True):
                 jax.eval_shape(lambda *a: _grad_all(lambda q, k, v, bias, sinks: workbench.flash_attention(
-                    q, k, v, causal=causal, sliding_window=256, softcap=30.0, bias=bias, sinks=sinks), a),
+                    q, k, v, causal=causal, sliding_window=256 if causal else None, softcap=30.0, bias=bias,
+                    sinks=sinks), a),
                     q, kv, kv, bias, sinks)
 
 
