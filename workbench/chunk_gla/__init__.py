@@ -136,10 +136,12 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
         out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32)],
         grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), name="workbench_chunk_gla_h",
         V=V, F32_DOT=_f32_dot(q), **common)
-    o, A = triton_call(
-        q, k, v, b, hs, bounds, kernel=kernels.chunk_o_kernel,
-        out_shape=[jax.ShapeDtypeStruct(v.shape, v.dtype),
-                   jax.ShapeDtypeStruct((TT, H, BT) if save else (0,), v.dtype)],
+    A = triton_call(
+        q, k, b, bounds, kernel=kernels.chunk_a_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, BT), v.dtype),
+        grid=(BT // kernels.SUB_CHUNK, NS, H), name="workbench_chunk_gla_a", scale=static.scale, F32_DOT=_f32_dot(q),
+        num_warps=4, num_stages=1, **common)
+    o = triton_call(
+        q, v, b, hs, A, bounds, kernel=kernels.chunk_o_kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
         grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), name="workbench_chunk_gla_o",
         scale=static.scale, V=V, F32_DOT=_f32_dot(q), **common)
     return o, ht, ((b, hs, A) if save else None)
@@ -163,12 +165,17 @@ def _backward(q, k, v, b, hs, A, cu, do, dht, static: _Static):
     dv = triton_call(
         k, do, b, A, dhs, bounds, kernel=kernels.chunk_dv_kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
         grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), name="workbench_chunk_gla_dv", BK=BK, **common)
+    BV = max(16, triton.next_power_of_2(V))
+    dq_s, dk_s = triton_call(
+        q, k, v, do, b, bounds, kernel=kernels.chunk_dqk_intra_kernel,
+        out_shape=[jax.ShapeDtypeStruct((TT, H, K), f32)] * 2, grid=(BT // kernels.SUB_CHUNK, NS, H),
+        name="workbench_chunk_gla_dqk_intra", scale=static.scale, BK=BK, BV=BV, num_warps=4, num_stages=1, **common)
     dq, dk, da = triton_call(
-        q, k, v, do, b, hs, dhs, bounds, kernel=kernels.chunk_dqkg_kernel,
+        q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds, kernel=kernels.chunk_dqkg_kernel,
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
                    jax.ShapeDtypeStruct((TT, H, K), f32)],
         grid=lambda meta: (triton.cdiv(K, meta["BK"]), NS, H), name="workbench_chunk_gla_dqkg",
-        scale=static.scale, BV=max(16, triton.next_power_of_2(V)), **common)
+        scale=static.scale, BV=BV, **common)
     return dq, dk, dv, da, dh0
 
 

@@ -8,12 +8,15 @@ arrives as one array `gk` (the glue folds g into it, NOTES.md (gla.1)).
 forward
 * `chunk_cumsum_kernel`  (slot, head): chunk-local prefix sums b of the log-decay (gla.3), float32.
 * `chunk_h_kernel`       (V block, sequence·head): the state at every chunk boundary, one sweep (gla.4).
-* `chunk_o_kernel`       (V block, slot, head): o = q̄ h + A v, A built sub-chunk by sub-chunk with
-                         decay ratios that are never exp of a positive number (gla.5, gla.6).
+* `chunk_a_kernel`       (sub-chunk, slot, head): the rows of A of one sub-chunk of 16 rows, with decay
+                         ratios that are never exp of a positive number (gla.5, gla.6); kept for the
+                         backward.
+* `chunk_o_kernel`       (V block, slot, head): o = q̄ h + A v (gla.5), whole-chunk products.
 backward
 * `chunk_dh_kernel`      (V block, sequence·head): dH at every chunk end, one reverse sweep (gla.7).
 * `chunk_dv_kernel`      (V block, slot, head): dv (gla.8).
-* `chunk_dqkg_kernel`    (K block, slot, head): dq, dk and the log-decay gradient (gla.9, gla.10).
+* `chunk_dqk_intra_kernel` (sub-chunk, slot, head): the strict intra-chunk parts dq°, dk° of (gla.9).
+* `chunk_dqkg_kernel`    (K block, slot, head): dq, dk (gla.9) and the log-decay gradient (gla.10).
 
 Matrix products take the inputs' dtype where the reference rounds to it (bfloat16 tensor cores),
 and float32 (`F32_DOT`: "ieee" for float32 inputs, tf32 otherwise) where the reference keeps
@@ -26,7 +29,8 @@ import triton.language as tl
 from ..launch import given
 from ..tl_helpers import LOG2E
 
-BC = tl.constexpr(16)  # rows per sub-chunk inside a chunk (the smallest tl.dot tile)
+SUB_CHUNK = 16  # rows per sub-chunk inside a chunk (the smallest tl.dot tile)
+BC = tl.constexpr(SUB_CHUNK)
 
 
 def _configs(block: str, sizes=(32, 64)):
@@ -137,6 +141,42 @@ def chunk_h_kernel(k, v, b, h0, cu_seqlens, bounds,  # inputs
 
 
 @triton.jit
+def _sub_chunk(q, k, b, i_c, start, end, i_h, o_k, m_k, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr):
+    """Sub-chunk i_c's rows and tiles (q, k, b: [BC, BK]), the chunk's (q, k, b: [BT, BK]), and b at
+    the sub-chunk's first row n, its last row m and the chunk's last row L ([BK]).
+
+    Rows past the chunk's end read k = q = 0 and b = b_L (as if their gates were 0), so every exponent
+    below keeps its sign there too.
+    """
+    rows_i = start + i_c * BC + tl.arange(0, BC)
+    m_i = rows_i < end
+    rows = start + tl.arange(0, BT)
+    m_t = rows < end
+    b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)
+    b_qi = _tile(q, rows_i, m_i, i_h, o_k, m_k, H, K)
+    b_ki = _tile(k, rows_i, m_i, i_h, o_k, m_k, H, K)
+    b_bi = tl.where(m_i[:, None], _tile(b, rows_i, m_i, i_h, o_k, m_k, H, K), b_bL[None, :])
+    b_q = _tile(q, rows, m_t, i_h, o_k, m_k, H, K)
+    b_k = _tile(k, rows, m_t, i_h, o_k, m_k, H, K)
+    b_b = tl.where(m_t[:, None], _tile(b, rows, m_t, i_h, o_k, m_k, H, K), b_bL[None, :])
+    b_bn = _row(b, tl.minimum(start + i_c * BC, end - 1), i_h, o_k, m_k, H, K)
+    b_bm = _row(b, tl.minimum(start + i_c * BC + BC, end) - 1, i_h, o_k, m_k, H, K)
+    return rows_i, m_i, b_qi, b_ki, b_bi, b_q, b_k, b_b, b_bn, b_bm, b_bL
+
+
+@triton.jit
+def _key_row(x, b, row, end, b_bL, i_h, o_k, m_k, H: tl.constexpr, K: tl.constexpr):
+    """Row `row` of x and of b as float32 [BK]; past the chunk's end x = 0 and b = b_L."""
+    m_r = row < end
+    b_x = tl.load(x + (row * H + i_h) * K + o_k, mask=m_k & m_r, other=0.0).to(tl.float32)
+    b_b = tl.where(m_r, tl.load(b + (row * H + i_h) * K + o_k, mask=m_k & m_r, other=0.0), b_bL)
+    return b_x, b_b
+
+
+# sub-chunk tiles and the elementwise [BC, BC, BK] ratio block, as the KDA kernels use them
+
+
+@triton.jit
 def _intra_tiles(q, k, b, i_sub, start, end, i_h, o_k, m_k, H: tl.constexpr, K: tl.constexpr,
                  BT: tl.constexpr):
     """Sub-chunk i_sub's rows and tiles (q, k, b: [BC, BK]), the chunk's (k, b: [BT, BK]), and b at
@@ -173,15 +213,48 @@ def _diagonal_ratio(b_bi, STRICT: tl.constexpr):
     return tl.where(below, _exp(diff), 0.0)
 
 
-@triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT", "SAVE"],
-                 prune_configs_by={"early_config_prune": _prune("BV", "v")})
-@triton.heuristics({"SAVE": given("A")})
 @triton.jit
-def chunk_o_kernel(q, k, v, b, hs, bounds,  # inputs
-                   o, A,  # outputs: o [TT, H, V]; A [TT, H, BT] (the intra-chunk attention, for the backward)
+def chunk_a_kernel(q, k, b, bounds,  # inputs
+                   A,  # output [TT, H, BT]: the intra-chunk attention, in the inputs' dtype
+                   scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                   F32_DOT: tl.constexpr):
+    """(gla.5) A[r, s] = scale Σ_k q_r k_s exp(b_r − b_s) for s ≤ r (else 0), rows of one sub-chunk."""
+    i_c, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
+    start, end = _chunk(bounds, i_s)
+    if start + i_c * BC >= end:
+        return
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    o_t = tl.arange(0, BT)
+    rows_i, m_i, b_qi, _, b_bi, _, b_k, b_b, b_bn, _, b_bL = _sub_chunk(q, k, b, i_c, start, end, i_h, o_k, m_k,
+                                                                        H, K, BT)
+    # (gla.6) earlier sub-chunks through the reference row n = the sub-chunk's first row:
+    # exp(b_r − b_n) ≤ 1 for r ≥ n and exp(b_n − b_s) ≤ 1 for s < n; later keys are zero.
+    earlier = o_t < i_c * BC
+    b_qn = b_qi * _exp(b_bi - b_bn[None, :])  # [BC, BK]
+    b_kn = tl.where(earlier[:, None], b_k * _exp(tl.where(earlier[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
+    b_A = tl.dot(b_qn, tl.trans(b_kn), input_precision=F32_DOT)  # [BC, BT]
+    # the sub-chunk's own block, one key row j at a time: every kept ratio is exp of a number ≤ 0
+    o_c = tl.arange(0, BC)
+    own0 = i_c * BC
+    for j in range(0, BC):
+        b_kj, b_bj = _key_row(k, b, start + own0 + j, end, b_bL, i_h, o_k, m_k, H, K)
+        keep = o_c >= j  # rows r ≥ j
+        b_e = _exp(tl.where(keep[:, None], b_bi - b_bj[None, :], 0.0))
+        b_col = tl.where(keep, tl.sum(b_qi * b_kj[None, :] * b_e, axis=1), 0.0)  # [BC]
+        b_A = tl.where(o_t[None, :] == own0 + j, b_col[:, None], b_A)
+    b_A *= scale
+    tl.store(A + (rows_i[:, None] * H + i_h) * BT + o_t[None, :], b_A.to(A.dtype.element_ty), mask=m_i[:, None])
+
+
+@triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": _prune("BV", "v")})
+@triton.jit
+def chunk_o_kernel(q, v, b, hs, A, bounds,  # inputs
+                   o,  # output [TT, H, V]
                    scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                   BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr, SAVE: tl.constexpr):
-    """(gla.5) o_r = q̄_r h + Σ_{s ≤ r} A[r, s] v_s, one sub-chunk of BC rows at a time."""
+                   BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+    """(gla.5) o = q̄ h + A v for one chunk: two products of whole-chunk tiles."""
     i_v, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     start, end = _chunk(bounds, i_s)
     if start >= end:
@@ -194,43 +267,14 @@ def chunk_o_kernel(q, k, v, b, hs, bounds,  # inputs
     m_t = rows < end
     b_v = tl.load(v + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
     dtype = b_v.dtype
-    p_h = hs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :]
-    b_h = tl.load(p_h, mask=m_k[:, None] & m_v[None, :], other=0.0).to(dtype)  # [BK, BV]
-    for i_sub in tl.static_range(BT // BC):
-        rows_i, m_i, b_qi, _, b_bi, b_k, b_b, b_bn, _ = _intra_tiles(q, k, b, i_sub, start, end, i_h, o_k, m_k,
-                                                                     H, K, BT)
-        # (gla.6) earlier sub-chunks through the reference row n = the sub-chunk's first row:
-        # exp(b_r − b_n) ≤ 1 for r ≥ n and exp(b_n − b_s) ≤ 1 for s < n.
-        earlier = o_t < i_sub * BC
-        b_qn = b_qi * _exp(b_bi - b_bn[None, :])  # [BC, BK]
-        b_kn = tl.where(earlier[:, None], b_k * _exp(tl.where(earlier[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
-        b_A = tl.dot(b_qn, tl.trans(b_kn), input_precision=F32_DOT) * scale  # [BC, BT]
-        # the sub-chunk's own rows, elementwise (every kept ratio is exp of a number ≤ 0), 16 keys at a
-        # time so that the [BC, BC, 16] product stays in registers
-        b_Ad = tl.zeros([BC, BC], tl.float32)
-        for i_kk in tl.static_range(BK // 16):
-            o_kk = i_kk * 16 + tl.arange(0, 16)
-            m_kk = o_kk < K
-            b_bs = _tile(b, rows_i, m_i, i_h, o_kk, m_kk, H, K)
-            b_bs = tl.where(m_i[:, None], b_bs, _row(b, end - 1, i_h, o_kk, m_kk, H, K)[None, :])
-            b_Ad += tl.sum(_tile(q, rows_i, m_i, i_h, o_kk, m_kk, H, K)[:, None, :]
-                           * _tile(k, rows_i, m_i, i_h, o_kk, m_kk, H, K)[None, :, :]
-                           * _diagonal_ratio(b_bs, False), axis=2)
-        b_Ad *= scale
-        b_qbar = (b_qi * _exp(b_bi) * scale).to(dtype)
-        b_vi = tl.load(v + (rows_i[:, None] * H + i_h) * V + o_v[None, :], mask=m_i[:, None] & m_v[None, :],
-                       other=0.0)
-        b_o = (tl.dot(b_qbar, b_h, input_precision=F32_DOT) + tl.dot(b_A.to(dtype), b_v, input_precision=F32_DOT)
-               + tl.dot(b_Ad.to(dtype), b_vi, input_precision=F32_DOT))  # [BC, BV]
-        tl.store(o + (rows_i[:, None] * H + i_h) * V + o_v[None, :], b_o.to(o.dtype.element_ty),
-                 mask=m_i[:, None] & m_v[None, :])
-        if SAVE:
-            if i_v == 0:
-                o_c = tl.arange(0, BC)
-                p_A = A + (rows_i[:, None] * H + i_h) * BT
-                own = (o_t >= i_sub * BC) & (o_t < i_sub * BC + BC)
-                tl.store(p_A + o_t[None, :], b_A.to(A.dtype.element_ty), mask=m_i[:, None] & ~own[None, :])
-                tl.store(p_A + i_sub * BC + o_c[None, :], b_Ad.to(A.dtype.element_ty), mask=m_i[:, None])
+    b_h = tl.load(hs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :],
+                  other=0.0).to(dtype)  # [BK, BV]
+    b_qbar = (_tile(q, rows, m_t, i_h, o_k, m_k, H, K) * _exp(_tile(b, rows, m_t, i_h, o_k, m_k, H, K))
+              * scale).to(dtype)  # rows past the end: q = 0
+    b_A = tl.load(A + (rows[:, None] * H + i_h) * BT + o_t[None, :], mask=m_t[:, None] & m_t[None, :], other=0.0)
+    b_o = tl.dot(b_qbar, b_h, input_precision=F32_DOT) + tl.dot(b_A, b_v, input_precision=F32_DOT)  # [BT, BV]
+    tl.store(o + (rows[:, None] * H + i_h) * V + o_v[None, :], b_o.to(o.dtype.element_ty),
+             mask=m_t[:, None] & m_v[None, :])
 
 
 # ----------------------------------------------------------------------------- backward
@@ -294,18 +338,76 @@ def chunk_dv_kernel(k, do, b, A, dhs, bounds,  # inputs
              mask=m_t[:, None] & m_v[None, :])
 
 
+@triton.jit
+def chunk_dqk_intra_kernel(q, k, v, do, b, bounds,  # inputs
+                           dq_s, dk_s,  # outputs [TT, H, K] float32: the strict intra-chunk parts of (gla.9)
+                           scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                           BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+    """(gla.9) scale Σ_{s < r} dA[r, s] k_s ⊙ exp(b_r − b_s) for the queries of one sub-chunk, and
+    scale Σ_{r > s} dA[r, s] q_r ⊙ exp(b_r − b_s) for its keys: dq°, dk° of (gla.10), no diagonal."""
+    i_c, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
+    start, end = _chunk(bounds, i_s)
+    if start + i_c * BC >= end:
+        return
+    o_k = tl.arange(0, BK)
+    o_v = tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    o_t = tl.arange(0, BT)
+    rows = start + o_t
+    m_t = rows < end
+    rows_i, m_i, b_qi, b_ki, b_bi, b_q, b_k, b_b, b_bn, b_bm, b_bL = _sub_chunk(q, k, b, i_c, start, end, i_h, o_k,
+                                                                                m_k, H, K, BT)
+    m_tv = m_t[:, None] & m_v[None, :]
+    m_iv = m_i[:, None] & m_v[None, :]
+    b_v = tl.load(v + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_tv, other=0.0)
+    b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_tv, other=0.0)
+    b_vi = tl.load(v + (rows_i[:, None] * H + i_h) * V + o_v[None, :], mask=m_iv, other=0.0)
+    b_doi = tl.load(do + (rows_i[:, None] * H + i_h) * V + o_v[None, :], mask=m_iv, other=0.0)
+    # dA[r, s] = do_r · v_s: this sub-chunk's rows, its columns, and its own block
+    b_dA_rows = tl.dot(b_doi, tl.trans(b_v), input_precision=F32_DOT)  # [BC, BT]
+    b_dA_cols = tl.dot(b_do, tl.trans(b_vi), input_precision=F32_DOT)  # [BT, BC]
+    b_dA_own = tl.dot(b_doi, tl.trans(b_vi), input_precision=F32_DOT)  # [BC, BC]
+    # (gla.6) queries of this sub-chunk against earlier keys, through its first row n
+    own0 = i_c * BC
+    earlier = o_t < own0
+    b_kn = tl.where(earlier[:, None], b_k * _exp(tl.where(earlier[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
+    b_dq = _exp(b_bi - b_bn[None, :]) * tl.dot(tl.where(earlier[None, :], b_dA_rows, 0.0), b_kn,
+                                               input_precision=F32_DOT)
+    # keys of this sub-chunk against later queries, through its last row m
+    later = o_t >= own0 + BC
+    b_qm = tl.where(later[:, None], b_q * _exp(tl.where(later[:, None], b_b - b_bm[None, :], 0.0)), 0.0)
+    b_dk = _exp(b_bm[None, :] - b_bi) * tl.dot(tl.trans(tl.where(later[:, None], b_dA_cols, 0.0)), b_qm,
+                                               input_precision=F32_DOT)
+    # the own block strictly below its diagonal, one row j at a time (every kept exponent ≤ 0):
+    # as a key, row j feeds the queries r > j; as a query, it feeds the keys s < j
+    o_c = tl.arange(0, BC)
+    for j in range(0, BC):
+        b_kj, b_bj = _key_row(k, b, start + own0 + j, end, b_bL, i_h, o_k, m_k, H, K)
+        b_qj = tl.load(q + ((start + own0 + j) * H + i_h) * K + o_k, mask=m_k & (start + own0 + j < end),
+                       other=0.0).to(tl.float32)
+        below = o_c > j
+        b_a = tl.sum(tl.where(o_c[None, :] == j, b_dA_own, 0.0), axis=1)  # dA[r, j] over r
+        b_dq += tl.where(below[:, None],
+                         b_a[:, None] * b_kj[None, :] * _exp(tl.where(below[:, None], b_bi - b_bj[None, :], 0.0)), 0.0)
+        above = o_c < j
+        b_a = tl.sum(tl.where(o_c[:, None] == j, b_dA_own, 0.0), axis=0)  # dA[j, s] over s
+        b_dk += tl.where(above[:, None],
+                         b_a[:, None] * b_qj[None, :] * _exp(tl.where(above[:, None], b_bj[None, :] - b_bi, 0.0)), 0.0)
+    p_i = (rows_i[:, None] * H + i_h) * K + o_k[None, :]
+    m_ik = m_i[:, None] & m_k[None, :]
+    tl.store(dq_s + p_i, b_dq * scale, mask=m_ik)
+    tl.store(dk_s + p_i, b_dk * scale, mask=m_ik)
+
+
 @triton.autotune(configs=_configs("BK", (16, 32, 64)), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": _prune("BK", "q")})
 @triton.jit
-def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, bounds,  # inputs
+def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
                       dq, dk, dgk,  # outputs [TT, H, K]; dgk float32
                       scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                       BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
-    """(gla.9) dq, dk and (gla.10) the log-decay gradient of one chunk, for one block of keys.
-
-    Sub-chunks are visited last first, carrying Σ of the reverse-cumsum terms P of the later ones;
-    the forward-cumsum term (Σ_{s<t} X_s) and the state term are written to dgk first and read back.
-    """
+    """(gla.9) dq, dk and (gla.10) the log-decay gradient of one chunk, for one block of keys, from the
+    strict intra-chunk parts dq°, dk° (`chunk_dqk_intra_kernel`), the states h and dH, and do, v."""
     i_k, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     start, end = _chunk(bounds, i_s)
     if start >= end:
@@ -320,10 +422,18 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, bounds,  # inputs
     m_h = m_k[:, None] & m_v[None, :]
     b_h = tl.load(hs + p_state, mask=m_h, other=0.0)  # [BK, BV] state at the chunk's start
     b_dh = tl.load(dhs + p_state, mask=m_h, other=0.0)  # [BK, BV] gradient of the state at its end
-    b_v = tl.load(v + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
-    b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
+    m_tv = m_t[:, None] & m_v[None, :]
+    b_v = tl.load(v + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_tv, other=0.0)
+    b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_tv, other=0.0)
     dtype = b_v.dtype
     b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)  # [BK]
+    b_q = _tile(q, rows, m_t, i_h, o_k, m_k, H, K)
+    b_k = _tile(k, rows, m_t, i_h, o_k, m_k, H, K)
+    b_b = tl.where(m_t[:, None], _tile(b, rows, m_t, i_h, o_k, m_k, H, K), b_bL[None, :])
+    p_t = (rows[:, None] * H + i_h) * K + o_k[None, :]
+    m_tk = m_t[:, None] & m_k[None, :]
+    b_dq = tl.load(dq_s + p_t, mask=m_tk, other=0.0)
+    b_dk = tl.load(dk_s + p_t, mask=m_tk, other=0.0)
 
     # Σ_{s<t} X_s, X_s = k̂_s ⊙ (dH v_s): the rows shifted down by one, then an inclusive cumsum
     # (no total − suffix difference, whose terms would cancel under strong decay).
@@ -333,57 +443,15 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, bounds,  # inputs
     b_xp = (_tile(k, prev, m_p, i_h, o_k, m_k, H, K) * _exp(b_bL[None, :] - _tile(b, prev, m_p, i_h, o_k, m_k, H, K))
             * tl.dot(b_vp.to(tl.float32), tl.trans(b_dh), input_precision=F32_DOT))  # [BT, BK]
     b_state = _exp(b_bL) * tl.sum(b_h * b_dh, axis=1)  # exp(b_L) ⊙ rowsum(h ⊙ dH)
-    b_dg = tl.cumsum(b_xp, axis=0) + b_state[None, :]
-    p_dg = dgk + (rows[:, None] * H + i_h) * K + o_k[None, :]
-    tl.store(p_dg, b_dg, mask=m_t[:, None] & m_k[None, :])
-    tl.debug_barrier()  # read back below by other threads of this program
-
-    b_tail = tl.zeros([BK], tl.float32)  # Σ of P over the later sub-chunks
-    for i_rev in tl.static_range(BT // BC):
-        i_sub = BT // BC - 1 - i_rev
-        rows_i, m_i, b_qi, b_ki, b_bi, b_k, b_b, b_bn, b_bm = _intra_tiles(q, k, b, i_sub, start, end, i_h, o_k,
-                                                                           m_k, H, K, BT)
-        b_q = _tile(q, rows, m_t, i_h, o_k, m_k, H, K)
-        b_vi = tl.load(v + (rows_i[:, None] * H + i_h) * V + o_v[None, :], mask=m_i[:, None] & m_v[None, :],
-                       other=0.0)
-        b_doi = tl.load(do + (rows_i[:, None] * H + i_h) * V + o_v[None, :], mask=m_i[:, None] & m_v[None, :],
-                        other=0.0)
-        # dA[r, s] = do_r · v_s: this sub-chunk's rows, its columns, and its own block
-        b_dA_rows = tl.dot(b_doi, tl.trans(b_v), input_precision=F32_DOT)  # [BC, BT]
-        b_dA_cols = tl.dot(b_do, tl.trans(b_vi), input_precision=F32_DOT)  # [BT, BC]
-        b_dA_own = tl.dot(b_doi, tl.trans(b_vi), input_precision=F32_DOT)  # [BC, BC]
-
-        # (gla.6) queries of this sub-chunk against earlier keys, through its first row n
-        earlier = o_t < i_sub * BC
-        b_kn = tl.where(earlier[:, None], b_k * _exp(tl.where(earlier[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
-        b_dq = _exp(b_bi - b_bn[None, :]) * tl.dot(tl.where(earlier[None, :], b_dA_rows, 0.0), b_kn,
-                                                   input_precision=F32_DOT)
-        # keys of this sub-chunk against later queries, through its last row m
-        later = o_t >= i_sub * BC + BC
-        b_qm = tl.where(later[:, None], b_q * _exp(tl.where(later[:, None], b_b - b_bm[None, :], 0.0)), 0.0)
-        b_dk = _exp(b_bm[None, :] - b_bi) * tl.dot(tl.trans(tl.where(later[:, None], b_dA_cols, 0.0)), b_qm,
-                                                   input_precision=F32_DOT)
-        # the sub-chunk's own block, strictly below its diagonal
-        b_ratio = _diagonal_ratio(b_bi, True) * b_dA_own[:, :, None]  # [BC, BC, BK]
-        b_dq += tl.sum(b_ratio * b_ki[None, :, :], axis=1)
-        b_dk += tl.sum(b_ratio * b_qi[:, None, :], axis=0)
-        b_dq *= scale
-        b_dk *= scale
-        # (gla.10) P = q ⊙ dq_strict − k ⊙ dk_strict + q̄ ⊙ (do hᵀ): every diagonal term left out
-        b_dqbar = tl.dot(b_doi, tl.trans(b_h.to(dtype)), input_precision=F32_DOT)  # [BC, BK]
-        b_qbar = b_qi * _exp(b_bi) * scale
-        b_p = b_qi * b_dq - b_ki * b_dk + b_qbar * b_dqbar
-        # the diagonal terms (s = r), which carry no gate gradient
-        o_c = tl.arange(0, BC)
-        b_dA_diag = tl.sum(tl.where(o_c[:, None] == o_c[None, :], b_dA_own, 0.0), axis=1)  # [BC]
-        b_dq += scale * b_dA_diag[:, None] * b_ki + _exp(b_bi) * scale * b_dqbar
-        b_dkin = tl.dot(b_vi.to(tl.float32), tl.trans(b_dh), input_precision=F32_DOT)  # [BC, BK]
-        b_dk += scale * b_dA_diag[:, None] * b_qi + _exp(b_bL[None, :] - b_bi) * b_dkin
-
-        p_i = (rows_i[:, None] * H + i_h) * K + o_k[None, :]
-        m_ik = m_i[:, None] & m_k[None, :]
-        b_dgi = tl.load(dgk + p_i, mask=m_ik, other=0.0) + tl.cumsum(b_p, axis=0, reverse=True) + b_tail[None, :]
-        b_tail += tl.sum(b_p, axis=0)
-        tl.store(dq + p_i, b_dq.to(dq.dtype.element_ty), mask=m_ik)
-        tl.store(dk + p_i, b_dk.to(dk.dtype.element_ty), mask=m_ik)
-        tl.store(dgk + p_i, b_dgi, mask=m_ik)
+    # (gla.10) P = q ⊙ dq° − k ⊙ dk° + q̄ ⊙ (do hᵀ): every diagonal term left out
+    b_dqbar = tl.dot(b_do, tl.trans(b_h.to(dtype)), input_precision=F32_DOT)  # [BT, BK]
+    b_p = b_q * b_dq - b_k * b_dk + b_q * _exp(b_b) * scale * b_dqbar
+    b_dg = tl.cumsum(b_xp, axis=0) + b_state[None, :] + tl.cumsum(b_p, axis=0, reverse=True)
+    # the diagonal terms (s = r), which carry no gate gradient, and the state terms of (gla.9)
+    b_dA_diag = tl.sum(b_do.to(tl.float32) * b_v.to(tl.float32), axis=1)  # [BT] do_r · v_r
+    b_dq += scale * b_dA_diag[:, None] * b_k + _exp(b_b) * scale * b_dqbar
+    b_dkin = tl.dot(b_v.to(tl.float32), tl.trans(b_dh), input_precision=F32_DOT)  # [BT, BK]
+    b_dk += scale * b_dA_diag[:, None] * b_q + _exp(b_bL[None, :] - b_b) * b_dkin
+    tl.store(dq + p_t, b_dq.to(dq.dtype.element_ty), mask=m_tk)
+    tl.store(dk + p_t, b_dk.to(dk.dtype.element_ty), mask=m_tk)
+    tl.store(dgk + p_t, b_dg, mask=m_tk)
