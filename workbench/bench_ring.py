@@ -65,6 +65,19 @@ DEFINITIONS = {
 }
 
 
+def use_gspmd_on_gpus() -> None:
+    """On CUDA GPUs, partition with GSPMD instead of Shardy (JAX's default).
+
+    With JAX 0.11.2 on 2 H200s, compiling the ring under Shardy crashes the process (segmentation
+    fault inside `backend_compile_and_load`, right after the SPMD partitioner), also for the pure-JAX
+    reference ring and without a causal mask, so neither Triton nor `lax.cond` is the cause; the same
+    programs compile and run under GSPMD (`JAX_USE_SHARDY_PARTITIONER=false`) and on CPU under
+    Shardy. The record states which partitioner ran.
+    """
+    if jax.default_backend() == "gpu" and jax.config.jax_use_shardy_partitioner:
+        jax.config.update("jax_use_shardy_partitioner", False)
+
+
 def ring_sizes(n: int) -> list[int]:
     """1, 2, 4, … below n, and n."""
     sizes = [1 << e for e in range(n.bit_length()) if 1 << e < n]
@@ -87,6 +100,7 @@ def run(shape_set: str = "target", *, iters: int = 10, reps: int = 1, layouts: S
         bench._say("warning: Triton is interpreted on this CPU: the timings are meaningless (smoke test only)")
     shape = SHAPE_SETS[shape_set]
     n = jax.device_count()
+    use_gspmd_on_gpus()
     sizes = ring_sizes(n) if sizes is None else list(sizes)
     warmup = 1 if launch.INTERPRET else bench.WARMUP
     t_start = time.perf_counter()
@@ -105,7 +119,9 @@ def run(shape_set: str = "target", *, iters: int = 10, reps: int = 1, layouts: S
         "interpreted": launch.INTERPRET, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device": bench.device_info(), "device_count": n, "versions": bench.versions(), "git": bench.git_state(),
         "shape_set": shape_set, "shape": dict(shape), "dtype": "bfloat16", "iters": iters, "reps": reps,
-        "warmup": warmup, "xla_flags": os.environ.get("XLA_FLAGS", ""), "target_efficiency": TARGET_EFFICIENCY,
+        "warmup": warmup, "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "partitioner": "shardy" if jax.config.jax_use_shardy_partitioner else "gspmd",
+        "target_efficiency": TARGET_EFFICIENCY,
         "definitions": DEFINITIONS, "results": results, "seconds": time.perf_counter() - t_start,
     }
 
