@@ -250,8 +250,9 @@ def test_chunk_size_does_not_change_the_result(chunk_size):
 
 # ----------------------------------------------------------------------------- tuning
 
-AUTOTUNED = {"chunk_h_kernel": "forward", "chunk_o_kernel": "forward", "chunk_dh_kernel": "backward",
-             "chunk_dv_kernel": "backward", "chunk_dqkg_kernel": "backward"}
+AUTOTUNED = {"chunk_h_kernel": "forward", "chunk_a_kernel": "forward", "chunk_o_kernel": "forward",
+             "chunk_dh_kernel": "backward", "chunk_dv_kernel": "backward", "chunk_dqk_intra_kernel": "backward",
+             "chunk_dqkg_kernel": "backward"}
 
 
 @pytest.fixture(scope="module")

@@ -139,7 +139,7 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     A = triton_call(
         q, k, b, bounds, kernel=kernels.chunk_a_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, BT), v.dtype),
         grid=(BT // kernels.SUB_CHUNK, NS, H), name="workbench_chunk_gla_a", scale=static.scale, F32_DOT=_f32_dot(q),
-        num_warps=4, num_stages=1, **common)
+        **common)
     o = triton_call(
         q, v, b, hs, A, bounds, kernel=kernels.chunk_o_kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
         grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), name="workbench_chunk_gla_o",
@@ -169,7 +169,7 @@ def _backward(q, k, v, b, hs, A, cu, do, dht, static: _Static):
     dq_s, dk_s = triton_call(
         q, k, v, do, b, bounds, kernel=kernels.chunk_dqk_intra_kernel,
         out_shape=[jax.ShapeDtypeStruct((TT, H, K), f32)] * 2, grid=(BT // kernels.SUB_CHUNK, NS, H),
-        name="workbench_chunk_gla_dqk_intra", scale=static.scale, BK=BK, BV=BV, num_warps=4, num_stages=1, **common)
+        name="workbench_chunk_gla_dqk_intra", scale=static.scale, BK=BK, BV=BV, **common)
     dq, dk, da = triton_call(
         q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds, kernel=kernels.chunk_dqkg_kernel,
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),

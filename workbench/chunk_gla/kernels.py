@@ -214,10 +214,45 @@ def _diagonal_ratio(b_bi, STRICT: tl.constexpr):
 
 
 @triton.jit
+def _a_own_column(b_A, j, k, b, row0, end, b_qi, b_bi, b_bL, o_c, o_t, own0, i_h, o_k, m_k, H: tl.constexpr,
+                  K: tl.constexpr):
+    """b_A with column own0 + j set to Σ_k q_r k_j exp(b_r − b_j) for the sub-chunk's rows r ≥ j (else 0)."""
+    b_kj, b_bj = _key_row(k, b, row0 + j, end, b_bL, i_h, o_k, m_k, H, K)
+    keep = o_c >= j  # rows r ≥ j
+    b_e = _exp(tl.where(keep[:, None], b_bi - b_bj[None, :], 0.0))
+    b_col = tl.where(keep, tl.sum(b_qi * b_kj[None, :] * b_e, axis=1), 0.0)  # [BC]
+    return tl.where(o_t[None, :] == own0 + j, b_col[:, None], b_A)
+
+
+@triton.jit
+def _dqk_own_row(b_dq, b_dk, j, q, k, b, row0, end, b_bi, b_bL, b_dA_own, o_c, i_h, o_k, m_k, H: tl.constexpr,
+                 K: tl.constexpr):
+    """Row j of a sub-chunk's own block: as a key it feeds the queries r > j, as a query the keys s < j."""
+    b_kj, b_bj = _key_row(k, b, row0 + j, end, b_bL, i_h, o_k, m_k, H, K)
+    b_qj = tl.load(q + ((row0 + j) * H + i_h) * K + o_k, mask=m_k & (row0 + j < end), other=0.0).to(tl.float32)
+    below = o_c > j
+    b_a = tl.sum(tl.where(o_c[None, :] == j, b_dA_own, 0.0), axis=1)  # dA[r, j] over r
+    b_dq += tl.where(below[:, None],
+                     b_a[:, None] * b_kj[None, :] * _exp(tl.where(below[:, None], b_bi - b_bj[None, :], 0.0)), 0.0)
+    above = o_c < j
+    b_a = tl.sum(tl.where(o_c[:, None] == j, b_dA_own, 0.0), axis=0)  # dA[j, s] over s
+    b_dk += tl.where(above[:, None],
+                     b_a[:, None] * b_qj[None, :] * _exp(tl.where(above[:, None], b_bj[None, :] - b_bi, 0.0)), 0.0)
+    return b_dq, b_dk
+
+
+def _row_loop_configs():
+    """The own-block row loop as a device loop or unrolled (its 16 row loads can then be issued early),
+    at 4 or 2 warps: not yet timed on a GPU, so jax-triton's autotuner chooses there."""
+    return [triton.Config({"UNROLL": u}, num_warps=w, num_stages=1) for u in (False, True) for w in (4, 2)]
+
+
+@triton.autotune(configs=_row_loop_configs(), key=["H", "K", "BT"])
+@triton.jit
 def chunk_a_kernel(q, k, b, bounds,  # inputs
                    A,  # output [TT, H, BT]: the intra-chunk attention, in the inputs' dtype
                    scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                   F32_DOT: tl.constexpr):
+                   F32_DOT: tl.constexpr, UNROLL: tl.constexpr):
     """(gla.5) A[r, s] = scale Σ_k q_r k_s exp(b_r − b_s) for s ≤ r (else 0), rows of one sub-chunk."""
     i_c, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     start, end = _chunk(bounds, i_s)
@@ -237,12 +272,12 @@ def chunk_a_kernel(q, k, b, bounds,  # inputs
     # the sub-chunk's own block, one key row j at a time: every kept ratio is exp of a number ≤ 0
     o_c = tl.arange(0, BC)
     own0 = i_c * BC
-    for j in range(0, BC):
-        b_kj, b_bj = _key_row(k, b, start + own0 + j, end, b_bL, i_h, o_k, m_k, H, K)
-        keep = o_c >= j  # rows r ≥ j
-        b_e = _exp(tl.where(keep[:, None], b_bi - b_bj[None, :], 0.0))
-        b_col = tl.where(keep, tl.sum(b_qi * b_kj[None, :] * b_e, axis=1), 0.0)  # [BC]
-        b_A = tl.where(o_t[None, :] == own0 + j, b_col[:, None], b_A)
+    if UNROLL:
+        for j in tl.static_range(BC):
+            b_A = _a_own_column(b_A, j, k, b, start + own0, end, b_qi, b_bi, b_bL, o_c, o_t, own0, i_h, o_k, m_k, H, K)
+    else:
+        for j in range(0, BC):
+            b_A = _a_own_column(b_A, j, k, b, start + own0, end, b_qi, b_bi, b_bL, o_c, o_t, own0, i_h, o_k, m_k, H, K)
     b_A *= scale
     tl.store(A + (rows_i[:, None] * H + i_h) * BT + o_t[None, :], b_A.to(A.dtype.element_ty), mask=m_i[:, None])
 
@@ -338,11 +373,13 @@ def chunk_dv_kernel(k, do, b, A, dhs, bounds,  # inputs
              mask=m_t[:, None] & m_v[None, :])
 
 
+@triton.autotune(configs=_row_loop_configs(), key=["H", "K", "V", "BT"])
 @triton.jit
 def chunk_dqk_intra_kernel(q, k, v, do, b, bounds,  # inputs
                            dq_s, dk_s,  # outputs [TT, H, K] float32: the strict intra-chunk parts of (gla.9)
                            scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                           BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+                           BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr,
+                           UNROLL: tl.constexpr):
     """(gla.9) scale Σ_{s < r} dA[r, s] k_s ⊙ exp(b_r − b_s) for the queries of one sub-chunk, and
     scale Σ_{r > s} dA[r, s] q_r ⊙ exp(b_r − b_s) for its keys: dq°, dk° of (gla.10), no diagonal."""
     i_c, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
@@ -381,18 +418,14 @@ def chunk_dqk_intra_kernel(q, k, v, do, b, bounds,  # inputs
     # the own block strictly below its diagonal, one row j at a time (every kept exponent ≤ 0):
     # as a key, row j feeds the queries r > j; as a query, it feeds the keys s < j
     o_c = tl.arange(0, BC)
-    for j in range(0, BC):
-        b_kj, b_bj = _key_row(k, b, start + own0 + j, end, b_bL, i_h, o_k, m_k, H, K)
-        b_qj = tl.load(q + ((start + own0 + j) * H + i_h) * K + o_k, mask=m_k & (start + own0 + j < end),
-                       other=0.0).to(tl.float32)
-        below = o_c > j
-        b_a = tl.sum(tl.where(o_c[None, :] == j, b_dA_own, 0.0), axis=1)  # dA[r, j] over r
-        b_dq += tl.where(below[:, None],
-                         b_a[:, None] * b_kj[None, :] * _exp(tl.where(below[:, None], b_bi - b_bj[None, :], 0.0)), 0.0)
-        above = o_c < j
-        b_a = tl.sum(tl.where(o_c[:, None] == j, b_dA_own, 0.0), axis=0)  # dA[j, s] over s
-        b_dk += tl.where(above[:, None],
-                         b_a[:, None] * b_qj[None, :] * _exp(tl.where(above[:, None], b_bj[None, :] - b_bi, 0.0)), 0.0)
+    if UNROLL:
+        for j in tl.static_range(BC):
+            b_dq, b_dk = _dqk_own_row(b_dq, b_dk, j, q, k, b, start + own0, end, b_bi, b_bL, b_dA_own, o_c, i_h,
+                                      o_k, m_k, H, K)
+    else:
+        for j in range(0, BC):
+            b_dq, b_dk = _dqk_own_row(b_dq, b_dk, j, q, k, b, start + own0, end, b_bi, b_bL, b_dA_own, o_c, i_h,
+                                      o_k, m_k, H, K)
     p_i = (rows_i[:, None] * H + i_h) * K + o_k[None, :]
     m_ik = m_i[:, None] & m_k[None, :]
     tl.store(dq_s + p_i, b_dq * scale, mask=m_ik)
