@@ -245,10 +245,11 @@ def test_kda_6(C):
     x, do, dST = make_inputs(5)
     (o, ST), _ = definition_vjp(x, do, dST)
     assert_close(chunkwise(x, do, dST, C)["o"], o)
-    o_ref, S_ref = jax.jit(chunk_kda_ref, static_argnames=("scale", "chunk_size"))(**_batched(x), scale=SCALE,
-                                                                                    chunk_size=C)
-    assert_close(o_ref[0, :, 0], o)
-    assert_close(S_ref[0, 0], ST)
+    if C == 16:  # the reference's chunkwise form too (one chunk size: each compiles for seconds)
+        o_ref, S_ref = jax.jit(chunk_kda_ref, static_argnames=("scale", "chunk_size"))(**_batched(x), scale=SCALE,
+                                                                                        chunk_size=C)
+        assert_close(o_ref[0, :, 0], o)
+        assert_close(S_ref[0, 0], ST)
 
 
 # ----------------------------------------------------------------------------- the inverse and its layout

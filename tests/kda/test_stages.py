@@ -25,7 +25,7 @@ TOLERANCE = {"b": 1e-6, "A": 1e-6, "Aqk": 1e-6, "w": 1e-6, "hs": 1e-6, "delta": 
 @pytest.mark.parametrize("chunk_size", [16])
 def test_every_forward_stage_matches_the_reference(chunk_size):
     N, TT = len(BOUNDS) - 1, BOUNDS[-1]
-    x = kda_inputs(31, 1, TT, 2, 12, 20, strength=1.0, key_scale=1.5, n_seqs=N)
+    x = kda_inputs(31, 1, TT, 1, 12, 20, strength=1.0, key_scale=1.5, n_seqs=N)
     cu = jnp.asarray(BOUNDS, jnp.int32)
     rows = {n: x[n][0] for n in ("q", "k", "v", "g", "beta")}
     static = kda._Static(scale=0.4, chunk_size=chunk_size, tuning=kda.Tuning())

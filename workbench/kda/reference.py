@@ -130,20 +130,25 @@ def _pairwise(x, k, b, diagonal: bool):
     """[NS, H, BT, BT] Σ_i x_r[i] k_s[i] exp(b_r[i] − b_s[i]) for s < r (s ≤ r with `diagonal`), else 0.
 
     Every kept exponent is ≤ 0 (prefix sums of log-decays ≤ 0 never increase), so no factor
-    overflows whatever the decay. Evaluated one slot at a time with its intermediates recomputed
-    in the backward (`lax.map` of a `jax.checkpoint`), so memory stays O(BT² H K) per slot.
+    overflows whatever the decay. Small problems form the [NS, BT, BT, H, K] ratios at once; past
+    `_PAIRWISE_AT_ONCE` elements, 16 slots at a time with the intermediates recomputed in the
+    backward (`lax.map` of a `jax.checkpoint`), so memory stays O(16 BT² H K).
     """
     BT = x.shape[1]
     r, s = jnp.arange(BT)[:, None], jnp.arange(BT)[None, :]
     keep = ((r >= s) if diagonal else (r > s))[:, :, None, None]
 
-    @jax.checkpoint
     def one(args):
         x, k, b = args  # [BT, H, K]
         ratio = jnp.where(keep, jnp.exp(jnp.where(keep, b[:, None] - b[None, :], 0.0)), 0.0)  # [r, s, H, K]
         return jnp.einsum("rhk,shk,rshk->hrs", x, k, ratio, precision=HIGHEST)
 
-    return lax.map(one, (x, k, b), batch_size=min(16, max(1, x.shape[0])))
+    if x.shape[0] * BT * BT * x.shape[2] * x.shape[3] <= _PAIRWISE_AT_ONCE:
+        return jax.vmap(one)((x, k, b))
+    return lax.map(jax.checkpoint(one), (x, k, b), batch_size=16)
+
+
+_PAIRWISE_AT_ONCE = 2 ** 24  # elements of the ratio tensor formed in one piece (64 MB in float32)
 
 
 def intra_matrices(q, k, b, beta, scale):
