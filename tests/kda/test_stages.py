@@ -49,3 +49,22 @@ def test_every_forward_stage_matches_the_reference(chunk_size):
     err = testing.rms_rel(np.concatenate(got["u_first"]), np.concatenate(want["u_first"]))
     assert err <= 2e-6, f"u: {err:.1e}"
     assert testing.rms_rel(want["A"], 0 * want["A"]) > 0 and testing.rms_rel(want["L"], 0 * want["L"]) > 0
+
+
+@pytest.mark.slow
+def test_reference_ratios_in_pieces_equal_ratios_at_once(monkeypatch):
+    """Above `_PAIRWISE_AT_ONCE` elements the reference forms L and Aqk 16 slots at a time (lax.map of a
+    checkpoint, for GPU-sized problems): the same values and gradients, float64."""
+    from workbench.kda import reference
+
+    x = testing.to_float64(kda_inputs(1, 2, 70, 2, 8, 8))
+
+    def run():
+        out, pullback = jax.vjp(lambda d: reference.chunk_kda_ref(**d, chunk_size=32), x)
+        return out, pullback(testing.to_float64(testing.random_cotangents(0, out)))
+
+    at_once = run()
+    monkeypatch.setattr(reference, "_PAIRWISE_AT_ONCE", 0)
+    in_pieces = run()
+    for a, b in zip(jax.tree.leaves(at_once), jax.tree.leaves(in_pieces)):
+        assert testing.rms_rel(b, a) < 1e-13
