@@ -117,14 +117,17 @@ def assert_same(actual, expected, tol=EXACT):
 @given(seed=strategies.seeds, dtype=strategies.kernel_dtypes, T=st.sampled_from([1, 17, 40, 64]),
        H=st.sampled_from([1, 2]), K=st.sampled_from([8, 16, 24]), V=st.sampled_from([8, 20, 32]),
        strength=st.sampled_from([0.1, 1.0, 3.0]), chunk_size=st.sampled_from([16, 32, 64]),
-       bounds=st.one_of(st.none(), strategies.cu_seqlens(max_total=40, max_seqs=4)))
-@example(seed=7, dtype=jnp.bfloat16, T=24, H=1, K=8, V=8, strength=1.0, chunk_size=16, bounds=[0, 0, 17, 18, 18, 24])
-def test_matches_float64_oracle(seed, dtype, T, H, K, V, strength, chunk_size, bounds):
-    """Fixed-length or packed (empty and length-1 sequences among them: the pinned example, in bf16)."""
+       bounds=st.one_of(st.none(), strategies.cu_seqlens(max_total=40, max_seqs=4)),
+       key_scale=st.sampled_from([None, 0.5]))
+@example(seed=7, dtype=jnp.bfloat16, T=24, H=1, K=8, V=8, strength=1.0, chunk_size=16, bounds=[0, 0, 17, 18, 18, 24],
+         key_scale=None)
+def test_matches_float64_oracle(seed, dtype, T, H, K, V, strength, chunk_size, bounds, key_scale):
+    """Fixed-length or packed (empty and length-1 sequences among them: the pinned example, in bf16); unit
+    keys as users feed them, or small unnormalised ones (norm ≈ 0.5)."""
     kwargs = {}
     if bounds is not None:
         T, kwargs["cu_seqlens"] = bounds[-1], jnp.asarray(bounds, jnp.int32)
-    inputs = kda_inputs(seed, 1, T, H, K, V, dtype=dtype, strength=strength,
+    inputs = kda_inputs(seed, 1, T, H, K, V, dtype=dtype, strength=strength, key_scale=key_scale,
                         n_seqs=None if bounds is None else len(bounds) - 1)
     out = check_against_oracle(inputs, seed + 1, chunk_size=chunk_size, **kwargs)
     for n in np.flatnonzero(np.diff(bounds or [0]) == 0):  # an empty sequence passes its state through
