@@ -1,18 +1,24 @@
 """`workbench bench` end to end on the tiny shape set (interpreted on CPU): records, refusals, WRONG."""
 
+import dataclasses
+import importlib.util
 import json
 import math
+import os
 import sys
 
+import jax
+import numpy as np
 import pytest
 
 import workbench
 from workbench import bench, cli, launch
 
 RECORD_KEYS = {"op", "harness", "command", "interpreted", "date", "device", "versions", "git", "shape_set",
-               "shapes", "dtype", "iters", "warmup", "implementations", "peers", "results"}
+               "shapes", "tokens", "dtype", "iters", "warmup", "implementations", "peers", "limits", "error_sources",
+               "skipped", "results"}
 RESULT_KEYS = {"shape", "implementation", "kind", "pass", "ms", "bytes", "gb_per_s", "fraction_of_peak",
-               "ratio_to_best_peer", "errors", "status"}
+               "ratio_to_best_peer", "error_source", "errors", "status"}
 
 
 def _records(out):
@@ -20,7 +26,7 @@ def _records(out):
 
 
 def _bench(out, *extra):
-    return cli.main(["bench", "--op", "recurrent", "--shapes", "tiny", "--iters", "2", "--out", str(out), *extra])
+    return cli.main(["bench", "--op", "recurrent", "--shapes", "tiny", "--iters", "1", "--out", str(out), *extra])
 
 
 @pytest.fixture
@@ -28,7 +34,12 @@ def no_fla(monkeypatch):
     monkeypatch.setitem(sys.modules, "fla", None)  # import fla → ImportError, whatever is installed
 
 
-def test_tiny_run_writes_one_record_and_a_second_run_another(tmp_path, capsys, no_fla):
+@pytest.fixture
+def no_ejkernel(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ejkernel", None)
+
+
+def test_tiny_run_writes_one_record_and_a_second_run_another(tmp_path, capsys, no_fla, no_ejkernel):
     assert _bench(tmp_path, "--peers") == 0
     captured = capsys.readouterr()
     (first,) = _records(tmp_path)
@@ -38,7 +49,10 @@ def test_tiny_run_writes_one_record_and_a_second_run_another(tmp_path, capsys, n
     assert record["interpreted"] is launch.INTERPRET
     assert {"name", "kind", "platform", "driver", "peak_bytes_per_s"} <= set(record["device"])
     assert {"python", "jax", "jaxlib", "triton"} <= set(record["versions"])
-    assert record["peers"] == [{"peer": "fla.ops.gla.fused_recurrent_gla", "status": "not installed"}]
+    assert [(p["peer"], p["status"]) for p in record["peers"]] == [
+        ("fla.ops.gla.fused_recurrent_gla", "not installed"), ("ejkernel.recurrent[triton]", "not installed")]
+    assert all(p["reason"] for p in record["peers"])  # the ImportError's text
+    assert record["skipped"] == [] and record["limits"]["reference"]["max_T"] == 32768
     results = record["results"]
     assert {(r["implementation"], r["pass"]) for r in results} == {
         (impl, p) for impl in ("triton", "reference") for p in ("forward", "forward_backward")}
@@ -47,6 +61,7 @@ def test_tiny_run_writes_one_record_and_a_second_run_another(tmp_path, capsys, n
         assert all(math.isfinite(r["ms"][s]) and r["ms"][s] > 0 for s in ("median", "min", "p90"))
         assert r["ms"]["min"] <= r["ms"]["median"] <= r["ms"]["p90"]
         assert r["status"] == "ok" and r["ratio_to_best_peer"] is None  # no peer measured
+        assert r["error_source"] == "reference"
     grads = next(r for r in results if r["implementation"] == "triton" and r["pass"] == "forward_backward")
     assert set(grads["errors"]) == {"o", "final_state", "dq", "dk", "dv", "dgk"}
     assert "triton" in captured.out and "not installed" in captured.out
@@ -116,7 +131,7 @@ def test_target_on_gpu_times_the_kernel_faster_than_the_reference(tmp_path):
     assert all(p["status"] in ("measured", "not installed") for p in record["peers"])
 
 
-def test_flash_attention_tiny_run_records_flops_and_the_xla_peer(tmp_path, capsys):
+def test_flash_attention_tiny_run_records_flops_and_the_xla_peer(tmp_path, capsys, no_ejkernel):
     """Attention rows carry FLOPs and TFLOP/s; the XLA peer runs anywhere, cuDNN is skipped with a reason off-GPU."""
     assert cli.main(["bench", "--op", "flash_attention", "--shapes", "tiny", "--iters", "1", "--peers",
                      "--out", str(tmp_path)]) == 0
@@ -143,7 +158,7 @@ def test_chunk_gla_tiny_run_compares_with_the_reference(tmp_path, no_fla):
     (path,) = tmp_path.glob("chunk_gla-*.json")
     record = json.loads(path.read_text())
     assert record["op"] == "chunk_gla" and record["targets_ms"]["target"] == {"forward": 0.72, "forward_backward": 3.0}
-    assert record["peers"] == [{"peer": "fla.ops.gla.chunk_gla", "status": "not installed"}]
+    assert [(p["peer"], p["status"]) for p in record["peers"]] == [("fla.ops.gla.chunk_gla", "not installed")]
     rows = record["results"]
     assert {(r["implementation"], r["pass"]) for r in rows} == {
         (impl, p) for impl in ("triton", "reference") for p in ("forward", "forward_backward")}
@@ -151,3 +166,174 @@ def test_chunk_gla_tiny_run_compares_with_the_reference(tmp_path, no_fla):
     grads = next(r for r in rows if r["implementation"] == "triton" and r["pass"] == "forward_backward")
     assert set(grads["errors"]) == {"o", "final_state", "dq", "dk", "dv", "dgk"}
     assert 0 < grads["errors"]["dq"]["rms_rel"] < bench.WRONG_RMS_REL["bfloat16"]
+
+
+# ----------------------------------------------------------------------------- sequence-length limits
+
+
+def test_every_sweep_runs_1k_to_64k_and_skips_only_the_dense_and_memory_bound_rows():
+    """The issue's sweep: 2^10 … 2^16 tokens for every op. Past an implementation's max_T it is skipped (and
+    an error source stands in for the reference); the Triton kernels and the peers that are not dense always run."""
+    for name, op in bench.OPS.items():
+        shapes = op.shape_sets["sweep"]
+        assert sorted({s["T"] for s in shapes}) == [2 ** e for e in range(10, 17)], name
+        contenders = ("triton", "reference", *(p.name for p in op.peers))
+        for shape in shapes:
+            skipped = {c for c in contenders if op.skip_reason(c, shape)}
+            assert skipped <= {"reference", "jax.nn.dot_product_attention[xla]"}, (name, shape, skipped)
+            if "reference" in skipped:
+                assert set(op.error_sources) <= {p.name for p in op.peers} and op.error_sources, name
+    flash = bench.OPS["flash_attention"]
+    longest = [s for s in flash.shape_sets["sweep"] if s["T"] == 65536]
+    assert {(s["B"], s["H"], s["D"]) for s in longest} == {(1, 16, 128)} and {s["causal"] for s in longest} == {0, 1}
+    dense = {"reference", "jax.nn.dot_product_attention[xla]"}
+    assert {c for c in dense if flash.skip_reason(c, longest[0])} == dense
+    assert not any(flash.skip_reason(c, dict(longest[0], T=8192)) for c in dense)
+    assert flash.skip_reason("reference", longest[0]).startswith("T=65536 > 8192: dense attention")
+
+
+@pytest.fixture
+def triton_off_by_half(monkeypatch):
+    """workbench.flash_attention whose "triton" path is the reference + 0.5: wrong, and fast in the interpreter."""
+    correct = workbench.flash_attention
+
+    def off(q, k, v, *, implementation=None, **kwargs):
+        o = correct(q, k, v, implementation="reference", **kwargs)
+        return o + 0.5 if implementation == "triton" else o
+
+    monkeypatch.setattr(workbench, "flash_attention", off)
+
+
+def _with_limits(monkeypatch, op_name, **changes):
+    monkeypatch.setitem(bench.OPS, op_name, dataclasses.replace(bench.OPS[op_name], **changes))
+
+
+def test_past_max_T_the_reference_is_skipped_and_errors_come_from_the_error_source(monkeypatch, triton_off_by_half,
+                                                                                     no_ejkernel):
+    _with_limits(monkeypatch, "flash_attention", max_T={"reference": (16, "a test limit")},
+                 error_sources=("jax.nn.dot_product_attention[xla]",))
+    record = bench.run("flash_attention", "tiny", iters=1, peers=True, tokens=[32])
+    shape = {"B": 1, "T": 32, "H": 2, "D": 16, "causal": 1}
+    assert record["limits"] == {"reference": {"max_T": 16, "why": "a test limit"}}
+    assert record["skipped"] == [{"shape": shape, "implementation": "reference", "reason": "T=32 > 16: a test limit"}]
+    assert record["tokens"] == [32]
+    rows = {(r["implementation"], r["pass"]): r for r in record["results"]}
+    assert {i for i, _ in rows} == {"triton", "jax.nn.dot_product_attention[xla]"}  # no reference row
+    for p in ("forward", "forward_backward"):
+        xla, triton = rows[("jax.nn.dot_product_attention[xla]", p)], rows[("triton", p)]
+        assert xla["error_source"] == triton["error_source"] == "jax.nn.dot_product_attention[xla]"
+        assert xla["status"] == "ok" and xla["ratio_to_best_peer"] == 1.0
+        assert all(e["rms_rel"] == 0.0 for e in xla["errors"].values())
+        assert triton["status"] == "WRONG" and triton["ratio_to_best_peer"] is None  # the +0.5 is caught by XLA
+    assert "errors against jax.nn.dot_product_attention[xla]" in bench.table(record)
+
+
+def test_T_filter_refuses_lengths_the_set_does_not_have():
+    with pytest.raises(ValueError, match="--T: expected sequence lengths of shape set 'tiny' \\(32\\)"):
+        bench.run("flash_attention", "tiny", tokens=[64])
+
+
+def test_running_out_of_memory_is_recorded_and_the_run_goes_on(monkeypatch, no_fla, no_ejkernel):
+    """An XLA RESOURCE_EXHAUSTED from a kernel row skips that row with the reason; any other error still stops the
+    run. Without the reference and with no error source measured, the other rows are "unchecked" and unranked."""
+    correct = workbench.recurrent
+    monkeypatch.setattr(workbench, "recurrent",  # the reference underneath "triton": fast in the interpreter
+                        lambda *args, implementation=None, **kwargs: correct(*args, implementation="reference", **kwargs))
+    real = bench.jax_calls
+    message = {"text": "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 68719476736 bytes."}
+
+    def jax_calls(op, implementation, inputs, cotangents, **options):
+        calls = real(op, implementation, inputs, cotangents, **options)
+        if implementation != "reference":
+            return calls
+
+        def fails():
+            raise RuntimeError(message["text"])
+
+        return dataclasses.replace(calls, forward_backward=fails)
+
+    monkeypatch.setattr(bench, "jax_calls", jax_calls)
+    record = bench.run("recurrent", "tiny", iters=1, peers=True)
+    (skip,) = record["skipped"]
+    assert skip["implementation"] == "reference" and skip["reason"].startswith("out of memory: RuntimeError: RESOURCE")
+    assert {(r["implementation"], r["status"]) for r in record["results"]} == {("triton", "unchecked")}
+    assert all(r["errors"] == {} and r["ratio_to_best_peer"] is None and r["error_source"] is None
+               for r in record["results"])
+    assert "errors against nothing (unchecked)" in bench.table(record)
+    message["text"] = "INTERNAL: something else"
+    with pytest.raises(RuntimeError, match="something else"):
+        bench.run("recurrent", "tiny", iters=1, implementations=["reference"])
+
+
+# ----------------------------------------------------------------------------- peers
+
+
+def test_a_peer_that_is_absent_or_fails_to_import_is_recorded_with_the_reason(tmp_path, monkeypatch):
+    """Neither crashes the run; what a failing import changed for the process (JAX's compilation cache dir,
+    environment variables, as ejkernel's import does) is undone."""
+    (tmp_path / "workbench_test_broken_peer.py").write_text(
+        "import os, jax\n"
+        "os.environ['WORKBENCH_TEST_PEER_ENV'] = '1'\n"
+        "jax.config.update('jax_compilation_cache_dir', '/nonexistent/peer-cache')\n"
+        "raise RuntimeError('built for another jax')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    never = lambda inputs, cotangents: pytest.fail("an absent peer was set up")  # noqa: E731
+    _with_limits(monkeypatch, "recurrent", peers=(
+        bench.Peer("absent", "workbench_test_no_such_module", never, needs_cuda=False),
+        bench.Peer("broken", "workbench_test_broken_peer", never, needs_cuda=False)))
+    cache_dir = jax.config.jax_compilation_cache_dir
+    record = bench.run("recurrent", "tiny", iters=1, implementations=["reference"], peers=True)
+    assert record["peers"] == [
+        {"peer": "absent", "status": "not installed", "reason": "No module named 'workbench_test_no_such_module'"},
+        {"peer": "broken", "status": "import failed", "reason": "RuntimeError: built for another jax"}]
+    assert {r["implementation"] for r in record["results"]} == {"reference"}
+    assert jax.config.jax_compilation_cache_dir == cache_dir and "WORKBENCH_TEST_PEER_ENV" not in os.environ
+    assert "peer broken: import failed (RuntimeError: built for another jax)" in bench.table(record)
+
+
+needs_ejkernel = pytest.mark.skipif(importlib.util.find_spec("ejkernel") is None,
+                                    reason="ejkernel not installed (README: the peer bundle, or pip install ejkernel)")
+
+
+def _peer_against_reference(op_name, peer, shape):
+    """Forward+backward errors of a peer setup against the reference on the harness's inputs and cotangents."""
+    bench._import_peer("ejkernel")
+    op = bench.OPS[op_name]
+    inputs = op.inputs(shape, np.dtype(op.dtype) if op.dtype != "bfloat16" else jax.numpy.bfloat16, 0)
+    outputs = jax.eval_shape(bench.jax_calls(op, "reference", inputs, []).forward)
+    cotangents = workbench.testing.random_cotangents(1000, outputs)
+    reference = bench.jax_calls(op, "reference", inputs, cotangents)
+    want = reference.to_numpy(reference.forward_backward())
+    calls = (next(p for p in op.peers if p.name == peer).setup if isinstance(peer, str) else peer)(inputs, cotangents)
+    got = calls.to_numpy(calls.forward_backward())
+    return bench._errors(op.names, got, want)
+
+
+@needs_ejkernel
+@pytest.mark.parametrize("op_name, peer, shape", [
+    ("recurrent", "ejkernel.recurrent[triton]", dict(B=1, T=16, H=2, K=8, V=8)),
+    ("flash_attention", "ejkernel.flash_attention[triton]", dict(B=1, T=32, H=2, D=16, causal=1)),
+    ("flash_attention", "ejkernel.flash_attention[triton]", dict(B=1, T=32, H=2, D=16, causal=0)),
+    ("flash_attention", "ejkernel.flash_attention[triton,heuristic_cfg_gpu]", dict(B=1, T=32, H=2, D=16, causal=1)),
+])
+def test_ejkernel_peer_maps_our_inputs(op_name, peer, shape):
+    """ejkernel's own Triton kernels, launched in the interpreter, agree with our reference to bf16 rounding:
+    layouts, gate, scale and causal alignment are mapped right (WRONG would be 5e-2)."""
+    errors = _peer_against_reference(op_name, peer, shape)
+    assert set(errors) == set(bench.OPS[op_name].names)
+    assert max(e["rms_rel"] for e in errors.values()) < 1e-2, errors
+
+
+@needs_ejkernel
+def test_ejkernel_recurrent_needs_the_scale_passed():
+    """The trap the mapping avoids: with softmax_scale=None, ejkernel's recurrent under jax.vjp runs at scale 1,
+    so a peer left at its default would be marked WRONG; the comparison sees it."""
+    def unscaled(inputs, cotangents):
+        from ejkernel.kernels._triton.recurrent import recurrent
+
+        return bench._jax_peer_calls(lambda p: tuple(recurrent(p["q"], p["k"], p["v"], gk=p["gk"])),
+                                     {n: inputs[n] for n in ("q", "k", "v", "gk")}, cotangents,
+                                     bench._EJKERNEL_RECURRENT_LAUNCH)
+
+    errors = _peer_against_reference("recurrent", unscaled, dict(B=1, T=16, H=2, K=8, V=8))
+    assert errors["o"]["rms_rel"] > bench.WRONG_RMS_REL["bfloat16"]

@@ -6,24 +6,37 @@ every output, final states included), the harness times
     triton     the op with `implementation="triton"` under `jax.jit`;
     reference  the pure-JAX reference under `jax.jit`;
     peers      other libraries' kernels for the same math (`--peers`), imported lazily: a peer that
-               is not installed, or needs CUDA on a machine without it, is recorded with its status
-               and the run goes on.
+               is not installed, fails to import, or needs CUDA on a machine without it, is recorded
+               with its status and reason, and the run goes on. flash-linear-attention runs on torch
+               (same arrays through DLPack); ejkernel's Triton kernels and `jax.nn.dot_product_attention`
+               run on JAX.
 
 Each (shape, implementation, pass) gets the median, min and p90 of `iters` timed calls after two
 warm-up calls (compilation, autotuning; one in the interpreter), an achieved bandwidth from an
-estimate of the bytes read and written once, its fraction of the device's peak when known, the ratio to the best peer measured
-in the same run, and its error against the reference's output on the same inputs (max |Δ| and RMS
-relative, per output and gradient). An implementation whose RMS-relative error exceeds
-`WRONG_RMS_REL[dtype]` is marked WRONG and not ranked.
+estimate of the bytes read and written once, its fraction of the device's peak when known, the ratio
+to the best peer measured in the same run, and its error against the reference's output on the same
+inputs (max |Δ| and RMS relative, per output and gradient). An implementation whose RMS-relative
+error exceeds `WRONG_RMS_REL[dtype]` is marked WRONG and not ranked.
+
+An implementation is not run past its `OpBench.max_T` (dense attention and the references' autodiff
+would not fit in memory at 64k tokens), nor after it runs out of device memory: both are recorded
+under "skipped" with the reason. Where the reference does not run, the errors are measured against the
+op's first `error_sources` entry measured at that shape (`error_source` on each row says which);
+with none, rows are "unchecked" and not ranked.
 
 On a CPU Triton runs in its interpreter: only the shape sets an op lists in `cpu_shape_sets` run
-(as a smoke test, the record marked `"interpreted": true`); others are refused (`Refused`).
+(as a smoke test, the record marked `"interpreted": true`); others are refused (`Refused`). Peers
+whose Triton kernels `workbench.launch` can launch (ejkernel) run there in the interpreter too, so
+the smoke run checks how our inputs are mapped to them.
 
 Each run writes ONE new file `<out>/<op>-<UTC timestamp>.json`, never overwriting one. Its keys:
 `op, harness, command, interpreted, date, device {name, kind, platform, driver, peak_bytes_per_s},
-versions, git {commit, dirty}, shape_set, shapes, dtype, iters, implementations, peers, results`;
-each result has `shape, implementation, pass, ms {median, min, p90}, bytes, gb_per_s,
-fraction_of_peak, flops, tflops_per_s (attention; None elsewhere), ratio_to_best_peer, errors {name: {max_abs, rms_rel}}, status` (ok | WRONG).
+versions, git {commit, dirty}, shape_set, shapes, tokens (the --T filter or None), dtype, iters,
+implementations, peers [{peer, status, reason?}], limits {name: {max_T, why}}, error_sources,
+skipped [{shape, implementation, reason}], results`; each result has `shape, implementation, kind,
+pass, ms {median, min, p90}, bytes, gb_per_s, fraction_of_peak, flops, tflops_per_s (attention; None
+elsewhere), ratio_to_best_peer, error_source, errors {name: {max_abs, rms_rel}}, status` (ok | WRONG |
+unchecked).
 
 Adding an op: write its input factory, its call, its byte estimate and its peers, and add an
 `OpBench` to `OPS`.
@@ -74,14 +87,21 @@ class Refused(Exception):
 class Peer:
     """Another library's kernel for the op's math.
 
-    module: imported first; if that fails the peer is recorded as "not installed".
+    module: imported first; if that fails the peer is recorded as "not installed" (an ImportError) or
+        "import failed" (anything else), with the reason, and the run goes on.
     setup: `setup(inputs, cotangents)` → `PeerCalls` on the same inputs (converted as it needs).
+    runtime: the framework it runs on ("torch" or "jax"), whose version the record keeps.
+    interpretable: its Triton kernels can also be launched through `workbench.launch`, so on a machine
+        without CUDA they run in Triton's interpreter like ours and the CPU smoke run checks its
+        input mapping (the error column); otherwise a `needs_cuda` peer is skipped there.
     """
 
     name: str
     module: str
     setup: Callable[[Mapping[str, jax.Array], Sequence[jax.Array]], PeerCalls]
     needs_cuda: bool = True
+    runtime: str = "torch"
+    interpretable: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +126,12 @@ class OpBench:
     flops: `flops(shape)` → (forward, forward+backward) matmul FLOPs, for compute-bound ops (attention).
     variants: other static choices of the Triton path, timed beside it when "triton" runs, as
         `triton[<name>]` rows (kind "kernel", never a peer): name → keyword options of `call`.
+    max_T: implementation or peer name → (the largest T it is run at, why). Past it the row is not
+        attempted (dense O(T²) attention, the reference's autodiff memory) and the record lists it under
+        "skipped" with the reason; the limits themselves are recorded under "limits". Sized for the
+        op's shape sets (B·H = 16 at the long sequence lengths).
+    error_sources: where the reference does not run at a shape, errors are measured against the first of
+        these (independent implementations) measured there; with none, the rows are "unchecked".
     """
 
     shape_sets: Mapping[str, tuple[Mapping[str, int], ...]]
@@ -120,6 +146,15 @@ class OpBench:
     notes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     flops: Callable[[Mapping[str, int]], tuple[float, float]] | None = None
     variants: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    max_T: Mapping[str, tuple[int, str]] = dataclasses.field(default_factory=dict)
+    error_sources: tuple[str, ...] = ()
+
+    def skip_reason(self, name: str, shape: Mapping[str, int]) -> str | None:
+        """Why `name` is not run at `shape` under `max_T`, or None."""
+        if name in self.max_T and shape["T"] > self.max_T[name][0]:
+            limit, why = self.max_T[name]
+            return f"T={shape['T']} > {limit}: {why}"
+        return None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -187,12 +222,138 @@ def _fla_gla(function: str, gate: str):
     return setup
 
 
+# ----------------------------------------------------------------------------- JAX peers (ejkernel)
+
+
+def _jax_peer_calls(forward: Callable[[dict[str, jax.Array]], tuple], primals: dict[str, jax.Array],
+                    cotangents: Sequence[jax.Array], launched: Sequence[str] = ()) -> PeerCalls:
+    """A JAX peer's forward (`forward(primals)` → outputs) and forward+backward (`jax.vjp` with the
+    given cotangents; gradients in the order of `primals`), each under `jax.jit`.
+
+    launched: modules of ejkernel that hold its `triton_call`; on a machine without CUDA they launch
+    through `workbench.launch` (Triton's interpreter) while a call traces.
+    """
+    order = tuple(primals)
+
+    def forward_backward(p):
+        outputs, pullback = jax.vjp(forward, p)
+        (grads,) = pullback(tuple(cotangents))
+        return (*outputs, *(grads[n] for n in order))
+
+    fwd, fwd_bwd = jax.jit(forward), jax.jit(forward_backward)
+    if launch.INTERPRET and launched:
+        fwd, fwd_bwd = (_launched_by_workbench(launched, f) for f in (fwd, fwd_bwd))
+    return PeerCalls(forward=lambda: fwd(primals), forward_backward=lambda: fwd_bwd(primals),
+                     block=jax.block_until_ready, to_numpy=lambda out: [np.asarray(x) for x in out])
+
+
+def _ejkernel_triton_call(*args, kernel, out_shape, grid, name="", num_warps=None, num_stages=None, **metaparams):
+    """ejkernel's `triton_call` convention on `workbench.launch.triton_call`.
+
+    ejkernel evaluates a kernel's `@triton.heuristics` itself, on the abstract values of its array
+    arguments and outputs (so `x != 1` is True for an array and False for the `1` it passes for a
+    missing input), innermost first, and their values override the call's keywords; the plain
+    `@triton.jit` function is then launched. This does the same and hands that function to our launcher.
+    """
+    from triton.runtime.autotuner import Heuristics
+
+    fn, rules = kernel, []
+    while isinstance(fn, Heuristics):
+        rules.append(fn.values)
+        fn = fn.fn
+    outs = list(out_shape) if isinstance(out_shape, (list, tuple)) else [out_shape]
+    abstract = [jax.ShapeDtypeStruct(a.shape, a.dtype) if isinstance(a, (jax.Array, np.ndarray)) or hasattr(a, "aval")
+                else a for a in args]
+    named = dict(zip(fn.arg_names, [*abstract, *(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outs)]))
+    flags: dict[str, Any] = {}
+    for values in reversed(rules):
+        for key, rule in values.items():
+            flags[key] = rule({**named, **metaparams, **flags})
+    return launch.triton_call(*args, kernel=fn, out_shape=out_shape, grid=grid, name=name, num_warps=num_warps,
+                              num_stages=num_stages, **{**metaparams, **flags})
+
+
+def _launched_by_workbench(modules: Sequence[str], fn: Callable) -> Callable:
+    """`fn` with each module's `triton_call` (ejkernel's CUDA-only launcher) replaced by
+    `_ejkernel_triton_call` while it runs; the jit-traced calls keep the interpreter's callbacks."""
+
+    def call(*args):
+        loaded = [importlib.import_module(m) for m in modules]
+        saved = [m.triton_call for m in loaded]
+        for m in loaded:
+            m.triton_call = _ejkernel_triton_call
+        try:
+            return fn(*args)
+        finally:
+            for m, original in zip(loaded, saved):
+                m.triton_call = original
+
+    return call
+
+
+_EJKERNEL_RECURRENT_LAUNCH = ("ejkernel.kernels._triton.recurrent._triton_impl_fwd",
+                              "ejkernel.kernels._triton.recurrent._triton_impl_bwd")
+_EJKERNEL_FLASH_LAUNCH = ("ejkernel.kernels._triton.flash_attention._triton_impl_fwd",
+                          "ejkernel.kernels._triton.flash_attention._triton_impl_bwd")
+
+
+def _ejkernel_recurrent(inputs, cotangents) -> PeerCalls:
+    """ejkernel's Triton `recurrent` (`ejkernel.kernels._triton.recurrent`, its default 64×64 state
+    tiles, 4 warps, 1 stage) on the same arrays.
+
+    Mapping: the layout is ours ([B,T,H,K], v [B,T,H,V]); its `gk` is a per-key natural-log decay
+    applied as ours (S ← S·exp(gk_t) + k_t v_tᵀ, then o_t = Sᵀ(scale·q_t)); final state float32
+    [B,H,K,V]. The scale is passed explicitly: with `softmax_scale=None` its custom-VJP forward rule
+    (the path `jax.vjp` takes) launches the kernel with scale 1 while the plain call uses K^-0.5
+    (ejkernel 0.0.80.3). Its `recurrent_gla` wrapper is not used: it hands its per-key `g` [B,T,H,K]
+    to the kernel's per-head scalar gate, which reads it with stride H. Gradients come back float32.
+    """
+    from ejkernel.kernels._triton.recurrent import recurrent
+
+    scale = inputs["q"].shape[-1] ** -0.5
+
+    def forward(p):
+        return tuple(recurrent(p["q"], p["k"], p["v"], gk=p["gk"], softmax_scale=scale))
+
+    return _jax_peer_calls(forward, {n: inputs[n] for n in ("q", "k", "v", "gk")}, cotangents,
+                           _EJKERNEL_RECURRENT_LAUNCH)
+
+
+def _ejkernel_flash_attention(heuristic_config: bool):
+    """A peer setup for ejkernel's Triton `flash_attention` (JAX): with the kernel's own defaults
+    (forward tiles 128×128, 4 warps, 2 stages; backward 32×32, 4 warps), or with the GPU configuration
+    `ejkernel.modules` picks by heuristic when it does not autotune (`FlashAttention.heuristic_cfg_gpu`:
+    forward 64 × (32 if D ≥ 128 else 128), backward 32×32, 4 warps, 2 stages).
+
+    Mapping: the layout is ours ([B,T,H,D]); its causal mask keeps j − (Tk − Tq) ≤ i (bottom-right, as
+    ours); the scale D^-0.5 is passed explicitly. Gradients come back float32.
+    """
+
+    def setup(inputs, cotangents) -> PeerCalls:
+        from ejkernel.kernels._triton.flash_attention import flash_attention
+        from ejkernel.ops import BwdParams, FwdParams
+
+        D = inputs["q"].shape[-1]
+        params = {}
+        if heuristic_config:
+            params = dict(fwd_params=FwdParams(q_blocksize=64, kv_blocksize=32 if D >= 128 else 128, num_warps=4,
+                                               num_stages=2),
+                          bwd_params=BwdParams(q_blocksize=32, kv_blocksize=32, num_warps=4, num_stages=2))
+
+        def forward(p):
+            return (flash_attention(p["q"], p["k"], p["v"], causal=inputs["causal"], softmax_scale=D ** -0.5,
+                                    **params),)
+
+        return _jax_peer_calls(forward, {n: inputs[n] for n in ("q", "k", "v")}, cotangents, _EJKERNEL_FLASH_LAUNCH)
+
+    return setup
+
+
 RECURRENT = OpBench(
     shape_sets={
         "target": (dict(B=8, T=4096, H=16, K=64, V=64),),  # the foundation issue's target
-        # 1k … 16k tokens: past that the reference's autodiff (every state stored) exceeds GPU memory,
-        # and the reference is what the errors are measured against.
-        "sweep": tuple(dict(B=1, T=2 ** e, H=16, K=64, V=64) for e in range(10, 15)),
+        # 1k … 64k tokens; at 64k the errors are measured against the peers (max_T, error_sources)
+        "sweep": tuple(dict(B=1, T=2 ** e, H=16, K=64, V=64) for e in range(10, 17)),
         "tiny": (dict(B=1, T=16, H=2, K=8, V=8),),
     },
     cpu_shape_sets=("tiny",),
@@ -202,7 +363,11 @@ RECURRENT = OpBench(
     outputs=("o", "final_state"),
     call=_recurrent_call,
     bytes=_recurrent_bytes,
-    peers=(Peer("fla.ops.gla.fused_recurrent_gla", "fla", _fla_gla("fused_recurrent_gla", "gk")),),
+    peers=(Peer("fla.ops.gla.fused_recurrent_gla", "fla", _fla_gla("fused_recurrent_gla", "gk")),
+           Peer("ejkernel.recurrent[triton]", "ejkernel", _ejkernel_recurrent, runtime="jax", interpretable=True)),
+    max_T={"reference": (32768, "the reference's autodiff stores every state (XLA's memory analysis: 25 GiB "
+                                "at 32k, 50 GiB at 64k)")},
+    error_sources=("fla.ops.gla.fused_recurrent_gla", "ejkernel.recurrent[triton]"),
     notes={"gates": ["gk"], "gate_strength": 0.1, "targets_ms": {"target": {"forward": 3.6,
                                                                              "forward_backward": 8.0}}},
 )
@@ -214,8 +379,8 @@ def _chunk_gla_call(implementation, q, k, v, gk, **options):
 CHUNK_GLA = OpBench(
     shape_sets={
         "target": (dict(B=8, T=4096, H=16, K=64, V=64),),  # the chunk_gla issue's target
-        # 1k … 16k tokens: the reference's autodiff holds [chunks, 64, 64, H, K] ratio tensors
-        "sweep": tuple(dict(B=1, T=2 ** e, H=16, K=64, V=64) for e in range(10, 15)),
+        # 1k … 64k tokens; past 16k the errors are measured against fla's chunk_gla (max_T)
+        "sweep": tuple(dict(B=1, T=2 ** e, H=16, K=64, V=64) for e in range(10, 17)),
         "tiny": (dict(B=1, T=40, H=2, K=16, V=16),),
     },
     cpu_shape_sets=("tiny",),
@@ -226,6 +391,9 @@ CHUNK_GLA = OpBench(
     call=_chunk_gla_call,
     bytes=_recurrent_bytes,
     peers=(Peer("fla.ops.gla.chunk_gla", "fla", _fla_gla("chunk_gla", "g")),),
+    max_T={"reference": (16384, "the reference's autodiff holds [chunks, 64, 64, H, K] ratio tensors "
+                                "(25.6 GiB at 16k by XLA's memory analysis, 51 GiB at 32k, 102 GiB at 64k)")},
+    error_sources=("fla.ops.gla.chunk_gla",),
     notes={"gates": ["gk"], "gate_strength": 0.1, "chunk_size": 64,
            "targets_ms": {"target": {"forward": 0.72, "forward_backward": 3.0}}},
 )
@@ -282,7 +450,7 @@ def _chunk_kda_bench() -> OpBench:
     return OpBench(
         shape_sets={
             "target": (dict(B=8, T=4096, H=16, K=128, V=128),),  # the KDA issue's target
-            "sweep": tuple(dict(B=1, T=2 ** e, H=16, K=128, V=128) for e in range(10, 15)),
+            "sweep": tuple(dict(B=1, T=2 ** e, H=16, K=128, V=128) for e in range(10, 17)),  # 1k … 64k
             "tiny": (dict(B=1, T=40, H=2, K=16, V=16),),
         },
         cpu_shape_sets=("tiny",),
@@ -293,6 +461,9 @@ def _chunk_kda_bench() -> OpBench:
         call=_chunk_kda_call,
         bytes=_kda_bytes,
         peers=(Peer("fla.ops.kda.chunk_kda", "fla", _fla_chunk_kda),),
+        max_T={"reference": (32768, "the reference's autodiff (13 GiB at 32k by XLA's memory analysis, 26 GiB "
+                                    "at 64k) on top of every other contender's buffers")},
+        error_sources=("fla.ops.kda.chunk_kda",),
         variants={"unfused backward": {"tuning": Tuning(fused_backward=False)}},
         notes={"gate_strength": 0.5, "keys": "L2-normalised", "chunk_size": 64,
                "targets_ms": {"target": {"forward": 1.75, "forward_backward": 10.0}},
@@ -336,15 +507,7 @@ def _dot_product_attention(implementation: str):
             return (jax.nn.dot_product_attention(p["q"], p["k"], p["v"], is_causal=causal,
                                                  implementation=implementation),)
 
-        def forward_backward(p):
-            out, pullback = jax.vjp(forward, p)
-            (grads,) = pullback(tuple(cotangents))
-            return (*out, grads["q"], grads["k"], grads["v"])
-
-        primals = {n: inputs[n] for n in ("q", "k", "v")}
-        fwd, fwd_bwd = jax.jit(forward), jax.jit(forward_backward)
-        return PeerCalls(forward=lambda: fwd(primals), forward_backward=lambda: fwd_bwd(primals),
-                         block=jax.block_until_ready, to_numpy=lambda out: [np.asarray(x) for x in out])
+        return _jax_peer_calls(forward, {n: inputs[n] for n in ("q", "k", "v")}, cotangents)
 
     return setup
 
@@ -353,8 +516,9 @@ FLASH_ATTENTION = OpBench(
     shape_sets={
         # the flash-attention issue's targets, causal and not
         "target": (dict(B=4, T=4096, H=16, D=128, causal=1), dict(B=4, T=4096, H=16, D=128, causal=0)),
-        # 1k … 8k tokens: the dense reference (the error source) holds B·H·T² float32 logits
-        "sweep": tuple(dict(B=1, T=2 ** e, H=16, D=128, causal=c) for c in (1, 0) for e in range(10, 14)),
+        # 1k … 64k tokens; past 8k the dense reference and XLA are skipped (max_T) and the errors are
+        # measured against cuDNN
+        "sweep": tuple(dict(B=1, T=2 ** e, H=16, D=128, causal=c) for c in (1, 0) for e in range(10, 17)),
         "tiny": (dict(B=1, T=32, H=2, D=16, causal=1),),
     },
     cpu_shape_sets=("tiny",),
@@ -365,8 +529,18 @@ FLASH_ATTENTION = OpBench(
     call=_attention_call,
     bytes=_attention_bytes,
     flops=_attention_flops,
-    peers=(Peer("jax.nn.dot_product_attention[cudnn]", "jax", _dot_product_attention("cudnn")),
-           Peer("jax.nn.dot_product_attention[xla]", "jax", _dot_product_attention("xla"), needs_cuda=False)),
+    peers=(Peer("jax.nn.dot_product_attention[cudnn]", "jax", _dot_product_attention("cudnn"), runtime="jax"),
+           Peer("jax.nn.dot_product_attention[xla]", "jax", _dot_product_attention("xla"), needs_cuda=False,
+                runtime="jax"),
+           Peer("ejkernel.flash_attention[triton]", "ejkernel", _ejkernel_flash_attention(False), runtime="jax",
+                interpretable=True),
+           Peer("ejkernel.flash_attention[triton,heuristic_cfg_gpu]", "ejkernel", _ejkernel_flash_attention(True),
+                runtime="jax", interpretable=True)),
+    max_T={name: (8192, "dense attention: its forward+backward holds several B·H·T² float32 arrays (XLA's memory "
+                        "analysis at B=1 H=16: 16-20 GiB at 8k, 64-80 GiB at 16k)")
+           for name in ("reference", "jax.nn.dot_product_attention[xla]")},
+    error_sources=("jax.nn.dot_product_attention[cudnn]", "ejkernel.flash_attention[triton]",
+                   "jax.nn.dot_product_attention[xla]"),
     notes={"targets_ms": {"causal": {"forward": 1.5, "forward_backward": 4.6},
                           "non_causal": {"forward": 1.9, "forward_backward": 6.3}}},
 )
@@ -477,10 +651,34 @@ def _errors(names, got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> dic
             for n, g, w in zip(names, got, want)}
 
 
+def _import_peer(module: str) -> None:
+    """Import a peer's module, undoing what importing it changes for the whole process: ejkernel turns
+    on JAX's persistent compilation cache (its `ejit` decorator sets `jax_compilation_cache_dir` when
+    the module loads) and sets environment variables (TF_GPU_ALLOCATOR, ...); every contender should
+    compile and allocate as it would without the peer."""
+    cache_dir = jax.config.jax_compilation_cache_dir
+    environment = set(os.environ)
+    try:
+        importlib.import_module(module)
+    finally:
+        jax.config.update("jax_compilation_cache_dir", cache_dir)
+        for name in set(os.environ) - environment:
+            del os.environ[name]
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """XLA's RESOURCE_EXHAUSTED or torch's CUDA out-of-memory error."""
+    text = f"{type(exc).__name__}: {exc}"
+    return "RESOURCE_EXHAUSTED" in text or "OutOfMemory" in text or "out of memory" in text.lower()
+
+
 def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 20, reps: int = 1,
         implementations: Sequence[str] = IMPLEMENTATIONS, peers: bool = False, command: str = "",
-        shapes: Sequence[Mapping[str, int]] | None = None) -> dict[str, Any]:
-    """Time `op_name` over a shape set (or explicit `shapes`) and return the record (not written)."""
+        shapes: Sequence[Mapping[str, int]] | None = None, tokens: Sequence[int] | None = None) -> dict[str, Any]:
+    """Time `op_name` over a shape set (or explicit `shapes`) and return the record (not written).
+
+    tokens: only the shapes with these sequence lengths T (a long sweep in parts; recorded).
+    """
     if op_name not in OPS:
         raise ValueError(f"--op: unknown op {op_name!r}; known: {', '.join(OPS)}")
     op = OPS[op_name]
@@ -488,6 +686,12 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
         if shape_set not in op.shape_sets:
             raise ValueError(f"--shapes: {op_name} has no shape set {shape_set!r}; known: {', '.join(op.shape_sets)}")
         shapes = op.shape_sets[shape_set]
+    if tokens is not None:
+        known = sorted({s["T"] for s in shapes})
+        if not tokens or set(tokens) - set(known):
+            raise ValueError(f"--T: expected sequence lengths of shape set {shape_set!r} ({', '.join(map(str, known))}), "
+                             f"got {','.join(map(str, tokens))!r}")
+        shapes = tuple(s for s in shapes if s["T"] in set(tokens))
     unknown = set(implementations) - set(IMPLEMENTATIONS)
     if unknown or not implementations:
         raise ValueError(f"--implementations: expected a comma list of {', '.join(IMPLEMENTATIONS)}, "
@@ -512,18 +716,28 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
     used_modules: list[str] = []
     for peer in op.peers if peers else ():
         try:
-            importlib.import_module(peer.module)
-        except ImportError:
-            peer_status.append({"peer": peer.name, "status": "not installed"})
+            _import_peer(peer.module)
+        except ImportError as exc:
+            peer_status.append({"peer": peer.name, "status": "not installed", "reason": str(exc)[:500]})
             continue
-        used_modules += ["torch", peer.module]
-        if peer.needs_cuda and device["platform"] != "gpu":
+        except Exception as exc:  # an installed peer that cannot load (wrong jax, a missing symbol) is recorded
+            peer_status.append({"peer": peer.name, "status": "import failed",
+                                "reason": f"{type(exc).__name__}: {exc}"[:500]})
+            continue
+        used_modules += [peer.runtime, peer.module]
+        if peer.needs_cuda and device["platform"] != "gpu" and not (peer.interpretable and launch.INTERPRET):
             peer_status.append({"peer": peer.name, "status": "skipped: needs a CUDA GPU"})
             continue
         active_peers.append(peer)
 
     t_start = time.perf_counter()
     results: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+
+    def skip(shape, name, reason, label):
+        skipped.append({"shape": dict(shape), "implementation": name, "reason": reason})
+        _say(f"[{time.perf_counter() - t_start:7.1f} s] {op_name} {label} {name}: skipped ({reason})")
+
     for i, shape in enumerate(shapes):
         label = " ".join(f"{n}={s}" for n, s in shape.items())
         inputs = op.inputs(shape, dtype, i)
@@ -531,7 +745,6 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
         outputs = jax.eval_shape(reference.forward)
         cotangents = testing.random_cotangents(1000 + i, outputs)
         reference = jax_calls(op, "reference", inputs, cotangents)
-        want = {"forward": None, "forward_backward": None}
         fwd_bytes, fwd_bwd_bytes = op.bytes(shape, dtype)
         flops = op.flops(shape) if op.flops is not None else (None, None)
         n_out = len(op.outputs)
@@ -544,25 +757,41 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
                                                                                   **opts))
                            for v, opts in op.variants.items()]
         contenders += [(p.name, "peer", lambda p=p: p.setup(inputs, cotangents)) for p in active_peers]
-        if "reference" not in implementations:  # the errors still need it
-            want["forward_backward"] = reference.to_numpy(reference.forward_backward())
-            want["forward"] = want["forward_backward"][:n_out]
+        outputs_of: dict[str, dict[str, list[np.ndarray]]] = {}  # name → pass → outputs and gradients
+        reference_skip = op.skip_reason("reference", shape)
+        if "reference" not in implementations:  # the errors still need it, where it runs
+            if reference_skip is None:
+                try:
+                    fb = reference.to_numpy(reference.forward_backward())
+                    outputs_of["reference"] = {"forward": fb[:n_out], "forward_backward": fb}
+                except Exception as exc:
+                    if not _out_of_memory(exc):
+                        raise
+                    skip(shape, "reference", f"out of memory: {type(exc).__name__}: {exc}"[:500], label)
+            else:
+                skip(shape, "reference", reference_skip, label)
 
         shape_rows = []
         for name, kind, make in contenders:
+            reason = op.skip_reason(name, shape)
+            if reason is not None:
+                skip(shape, name, reason, label)
+                continue
             try:
                 calls = make()
                 fwd_ms, fwd_out = time_ms(calls.forward, calls.block, iters, warmup, reps)
                 fb_ms, fb_out = time_ms(calls.forward_backward, calls.block, iters, warmup, reps)
-            except Exception as exc:  # a peer's failure is recorded, never fatal
-                if kind != "peer":
+            except Exception as exc:  # a peer's failure is recorded, never fatal; so is running out of memory
+                if kind == "peer":
+                    peer_status.append({"peer": name, "status": f"failed: {type(exc).__name__}: {exc}"[:500]})
+                    _say(f"[{time.perf_counter() - t_start:7.1f} s] {op_name} {label} {name}: failed ({exc})")
+                    continue
+                if not _out_of_memory(exc):
                     raise
-                peer_status.append({"peer": name, "status": f"failed: {type(exc).__name__}: {exc}"[:500]})
-                _say(f"[{time.perf_counter() - t_start:7.1f} s] {op_name} {label} {name}: failed ({exc})")
+                skip(shape, name, f"out of memory: {type(exc).__name__}: {exc}"[:500], label)
                 continue
             got = {"forward": calls.to_numpy(fwd_out), "forward_backward": calls.to_numpy(fb_out)}
-            if name == "reference":
-                want = got
+            outputs_of[name] = got
             for pass_, ms, nbytes, nflops in (("forward", fwd_ms, fwd_bytes, flops[0]),
                                               ("forward_backward", fb_ms, fwd_bwd_bytes, flops[1])):
                 shape_rows.append({"shape": dict(shape), "implementation": name, "kind": kind, "pass": pass_,
@@ -572,12 +801,16 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
             _say(f"[{time.perf_counter() - t_start:7.1f} s] {op_name} {label} {name}: "
                  f"forward {fwd_ms['median']:.3f} ms, forward+backward {fb_ms['median']:.3f} ms")
 
+        source = next((n for n in ("reference", *op.error_sources) if n in outputs_of), None)
         for row in shape_rows:
             got = row.pop("_got")
-            names = op.names[:len(got)]
-            row["errors"] = _errors(names, got, want[row["pass"]])
-            worst = max((e["rms_rel"] for e in row["errors"].values()), default=0.0)
-            row["status"] = "WRONG" if not worst <= bound else "ok"  # NaN is WRONG too
+            row["error_source"] = source
+            if source is None:
+                row["errors"], row["status"] = {}, "unchecked"
+            else:
+                row["errors"] = _errors(op.names[:len(got)], got, outputs_of[source][row["pass"]])
+                worst = max((e["rms_rel"] for e in row["errors"].values()), default=0.0)
+                row["status"] = "WRONG" if not worst <= bound else "ok"  # NaN is WRONG too
             seconds = row["ms"]["median"] / 1e3
             row["gb_per_s"] = row["bytes"] / seconds / 1e9
             row["tflops_per_s"] = row["flops"] / seconds / 1e12 if row["flops"] else None
@@ -594,10 +827,12 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
         "op": op_name, "harness": "workbench.bench", "command": command, "interpreted": launch.INTERPRET,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "device": device,
         "versions": versions(sorted(set(used_modules))), "git": git_state(),
-        "shape_set": shape_set, "shapes": [dict(s) for s in shapes], "dtype": op.dtype, "iters": iters,
-        "reps": reps,
+        "shape_set": shape_set, "shapes": [dict(s) for s in shapes], "tokens": None if tokens is None else list(tokens),
+        "dtype": op.dtype, "iters": iters, "reps": reps,
         "warmup": warmup, "implementations": list(implementations), "wrong_rms_rel": bound,
-        "peers": peer_status, **op.notes, "results": results, "seconds": time.perf_counter() - t_start,
+        "peers": peer_status, "limits": {n: {"max_T": t, "why": why} for n, (t, why) in op.max_T.items()},
+        "error_sources": list(op.error_sources), "skipped": skipped,
+        **op.notes, "results": results, "seconds": time.perf_counter() - t_start,
     }
 
 
@@ -645,14 +880,24 @@ def table(record: Mapping[str, Any]) -> str:
                      _fmt(r.get("tflops_per_s"), ".0f"),
                      _fmt(r["ratio_to_best_peer"], ".2f"),
                      _fmt(r["errors"][first]["max_abs"] if first else None, ".2e"), _fmt(worst, ".2e"),
-                     "WRONG" if r["status"] == "WRONG" else ""))
+                     r["status"] if r["status"] in ("WRONG", "unchecked") else ""))
     widths = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c) for i, c in enumerate(COLUMNS)]
     line = lambda cells: "  ".join(c.rjust(w) if i >= 3 else c.ljust(w)  # noqa: E731
                                    for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
     out = [line(COLUMNS), line(["-" * w for w in widths]), *map(line, rows)]
     for p in record["peers"]:
         if p["status"] != "measured":
-            out.append(f"peer {p['peer']}: {p['status']}")
+            out.append(f"peer {p['peer']}: {p['status']}" + (f" ({p['reason']})" if p.get("reason") else ""))
+    for s in record.get("skipped", ()):
+        out.append(f"skipped {s['implementation']} at {' '.join(f'{n}={v}' for n, v in s['shape'].items())}: "
+                   f"{s['reason']}")
+    sources = {}
+    for r in record["results"]:
+        if r.get("error_source", "reference") != "reference":
+            sources.setdefault(r["error_source"] or "nothing (unchecked)", {})[str(r["shape"])] = r["shape"]
+    for source, shapes in sources.items():
+        out.append(f"errors against {source} at " + "; ".join(" ".join(f"{n}={v}" for n, v in s.items())
+                                                             for s in shapes.values()) + " (no reference there)")
     dev = record["device"]
     out.append(f"{record['op']} {record['shape_set']} {record['dtype']} on {dev['kind']} ({dev['platform']}), "
                f"{record['iters']} samples of {record.get('reps', 1)} back-to-back call(s) after {record['warmup']} warm-up"

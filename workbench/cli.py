@@ -48,6 +48,13 @@ def _verify(args: argparse.Namespace, command: str) -> int:
     return 0 if report.ok else 1
 
 
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma list of integers, got {text!r}") from None
+
+
 def _bench_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "bench", help="time forward and forward+backward of an op; append a JSON record to data/bench/",
@@ -72,6 +79,9 @@ def _bench_parser(subparsers) -> None:
                    help=f"record directory (default {bench.DEFAULT_OUT})")
     p.add_argument("--implementations", default=",".join(bench.IMPLEMENTATIONS), metavar="LIST",
                    help=f"comma list of {', '.join(bench.IMPLEMENTATIONS)} (default both)")
+    p.add_argument("--T", type=_int_list, metavar="LIST",
+                   help="only the shapes of the set with these sequence lengths, a comma list (e.g. 32768,65536: "
+                        "a long sweep in parts; the record keeps the list)")
     p.set_defaults(run=_bench)
 
 
@@ -83,7 +93,7 @@ def _bench(args: argparse.Namespace, command: str) -> int:
             record = bench_ring.run(args.shapes, iters=args.iters, reps=args.reps, command=command)
         else:
             record = bench.run(args.op, args.shapes, iters=args.iters, reps=args.reps,
-                               implementations=implementations, peers=args.peers, command=command)
+                               implementations=implementations, peers=args.peers, command=command, tokens=args.T)
         path = bench.write(record, args.out)
     except bench.Refused as exc:
         print(f"workbench bench: refused: {exc}", file=sys.stderr)
