@@ -8,7 +8,6 @@ import os
 import sys
 
 import jax
-import numpy as np
 import pytest
 
 import workbench
@@ -299,7 +298,7 @@ def _peer_against_reference(op_name, peer, shape):
     """Forward+backward errors of a peer setup against the reference on the harness's inputs and cotangents."""
     bench._import_peer("ejkernel")
     op = bench.OPS[op_name]
-    inputs = op.inputs(shape, np.dtype(op.dtype) if op.dtype != "bfloat16" else jax.numpy.bfloat16, 0)
+    inputs = op.inputs(shape, jax.numpy.dtype(op.dtype), 0)
     outputs = jax.eval_shape(bench.jax_calls(op, "reference", inputs, []).forward)
     cotangents = workbench.testing.random_cotangents(1000, outputs)
     reference = bench.jax_calls(op, "reference", inputs, cotangents)
