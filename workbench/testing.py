@@ -12,6 +12,7 @@ only asserted.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 
 import jax
@@ -180,7 +181,7 @@ def random_cotangents(seed: int, outputs):
     """Random normal cotangents shaped like `outputs` (never all-ones: `.sum()` hides bugs)."""
     leaves, treedef = jax.tree.flatten(outputs)
     keys = jax.random.split(jax.random.key(seed), len(leaves))
-    cts = [jax.random.normal(kk, x.shape, jnp.float32).astype(x.dtype) for kk, x in zip(keys, leaves)]
+    cts = [normal(kk, x.shape, x.dtype) for kk, x in zip(keys, leaves)]
     return jax.tree.unflatten(treedef, cts)
 
 
@@ -192,13 +193,76 @@ def vjp_all(fn: Callable, primals: Sequence, cotangents):
 
 # ----------------------------------------------------------------------------- input factories
 
+# XLA compiles `jax.random.normal` anew for every shape, and on a CPU that takes about a second (the
+# threefry hash and the inverse error function), far more than the small kernels under test. The
+# factories below draw a flat array whose length is rounded up to a power of two and cut it to the
+# shape asked for: a few compilations serve every shape. With partitionable threefry (JAX's default)
+# element i of a draw depends only on the key and i, so the values are exactly those of
+# `jax.random.normal(key, shape, float32)` (tests/test_testing.py checks it); without it the factories
+# draw the shape directly.
+
+
+def _bucket(size: int) -> int:
+    return max(256, 1 << max(size - 1, 0).bit_length())
+
+
+@functools.partial(jax.jit, static_argnames=("size", "dtype", "scale"))
+def _flat_normal(key, size, dtype, scale):
+    x = jax.random.normal(key, (size,), jnp.float32)
+    return (x if scale == 1 else scale * x).astype(dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("size", "high"))
+def _flat_randint(key, size, high):
+    return jax.random.randint(key, (size,), 0, high, jnp.int32)
+
+
+def _cut(flat, shape) -> jax.Array:
+    """The first prod(shape) elements of `flat`, reshaped (in NumPy: no per-shape compilation; under a
+    trace, where the draw is not a concrete array, in JAX)."""
+    size = int(np.prod(shape, dtype=np.int64))
+    if isinstance(flat, jax.core.Tracer):
+        return flat[:size].reshape(shape)
+    return jnp.asarray(np.asarray(flat)[:size].reshape(shape))
+
+
+def _flat_draws() -> bool:
+    return bool(jax.config.jax_threefry_partitionable)
+
+
+def normal(key, shape, dtype=jnp.float32, scale: float = 1.0) -> jax.Array:
+    """`(scale * jax.random.normal(key, shape, float32)).astype(dtype)`, the same values, compiled
+    once per power-of-two size rather than once per shape."""
+    shape = tuple(int(d) for d in shape)
+    if not _flat_draws():
+        x = jax.random.normal(key, shape, jnp.float32)
+        return (x if scale == 1 else scale * x).astype(dtype)
+    size = int(np.prod(shape, dtype=np.int64))
+    return _cut(_flat_normal(key, _bucket(size), jnp.dtype(dtype), float(scale)), shape)
+
+
+def randint(key, shape, high: int) -> jax.Array:
+    """`jax.random.randint(key, shape, 0, high, int32)`, compiled once per power-of-two size."""
+    shape = tuple(int(d) for d in shape)
+    if not _flat_draws():
+        return jax.random.randint(key, shape, 0, high, jnp.int32)
+    size = int(np.prod(shape, dtype=np.int64))
+    return _cut(_flat_randint(key, _bucket(size), int(high)), shape)
+
 
 def log_gate(key, shape, strength: float, dtype=jnp.float32):
     """Natural-log decays ≤ 0 with typical magnitude `strength` (0: none; 5+: strong decay)."""
+    shape = tuple(int(d) for d in shape)
     if strength == 0:
         return jnp.zeros(shape, dtype)
-    x = jax.random.normal(key, shape, jnp.float32)
-    return (-strength * jax.nn.sigmoid(x + 1.0) * 2.0).astype(dtype)
+    if not _flat_draws():
+        x = jax.random.normal(key, shape, jnp.float32)
+        return (-strength * jax.nn.sigmoid(x + 1.0) * 2.0).astype(dtype)
+    size = int(np.prod(shape, dtype=np.int64))
+    # the arithmetic op by op, as above (inside one jit XLA fuses it and float32 results differ in the
+    # last place), on the whole flat draw: compiled once per size too
+    x = _flat_normal(key, _bucket(size), jnp.dtype(jnp.float32), 1.0)
+    return _cut((-strength * jax.nn.sigmoid(x + 1.0) * 2.0).astype(dtype), shape)
 
 
 def recurrent_inputs(seed: int, B: int, T: int, H: int, K: int, V: int, *, dtype=jnp.float32,
@@ -210,8 +274,8 @@ def recurrent_inputs(seed: int, B: int, T: int, H: int, K: int, V: int, *, dtype
     packed (then B is forced to 1 and cu_seqlens is left for the caller to add).
     """
     ks = jax.random.split(jax.random.key(seed), 9)
-    normal = lambda kk, shape: jax.random.normal(kk, shape, jnp.float32).astype(dtype)  # noqa: E731
-    args = dict(q=normal(ks[0], (B, T, H, K)), k=normal(ks[1], (B, T, H, K)), v=normal(ks[2], (B, T, H, V)))
+    args = dict(q=normal(ks[0], (B, T, H, K), dtype), k=normal(ks[1], (B, T, H, K), dtype),
+                v=normal(ks[2], (B, T, H, V), dtype))
     if "g" in gates:
         args["g"] = log_gate(ks[3], (B, T, H), strength, dtype)
     if "gk" in gates:
@@ -222,7 +286,7 @@ def recurrent_inputs(seed: int, B: int, T: int, H: int, K: int, V: int, *, dtype
         args["g_gamma"] = -jnp.linspace(0.05, 0.5, H, dtype=jnp.float32) * max(strength, 0.1)
     if initial_state:
         N = B if n_seqs is None else n_seqs
-        args["initial_state"] = 0.5 * jax.random.normal(ks[6], (N, H, K, V), jnp.float32)
+        args["initial_state"] = normal(ks[6], (N, H, K, V), jnp.float32, scale=0.5)
     return args
 
 
@@ -239,8 +303,8 @@ def attention_inputs(seed: int, B: int, Tq: int, Tk: int, H: int, Hkv: int, D: i
     """
     ks = jax.random.split(jax.random.key(seed), 7)
     aux_dtype = dtype if aux_dtype is None else aux_dtype
-    normal = lambda kk, shape, dt=dtype: jax.random.normal(kk, shape, jnp.float32).astype(dt)  # noqa: E731
-    args = dict(q=normal(ks[0], (B, Tq, H, D)), k=normal(ks[1], (B, Tk, Hkv, D)), v=normal(ks[2], (B, Tk, Hkv, D)))
+    args = dict(q=normal(ks[0], (B, Tq, H, D), dtype), k=normal(ks[1], (B, Tk, Hkv, D), dtype),
+                v=normal(ks[2], (B, Tk, Hkv, D), dtype))
     if sinks:
         args["sinks"] = normal(ks[3], (H,), aux_dtype)
     if bias is not None:
@@ -249,6 +313,6 @@ def attention_inputs(seed: int, B: int, Tq: int, Tk: int, H: int, Hkv: int, D: i
         shape = (B if bias[0] == "B" else 1, H if bias[1] == "H" else 1, Tq, Tk)
         args["bias"] = normal(ks[4], shape, aux_dtype)
     if segments:
-        ids = lambda kk, T: jnp.sort(jax.random.randint(kk, (B, T), 0, segments, jnp.int32), axis=1)  # noqa: E731
+        ids = lambda kk, T: jnp.sort(randint(kk, (B, T), segments), axis=1)  # noqa: E731
         args["segment_ids"] = (ids(ks[5], Tq), ids(ks[6], Tk))
     return args

@@ -12,6 +12,8 @@ import pytest
 
 from tests.helpers import raises
 
+from workbench import testing
+
 B, T, H, K, V = 2, 5, 3, 4, 6
 IMPLEMENTATIONS = ["triton", "reference"]
 
@@ -20,7 +22,7 @@ def valid(packed=False):
     """Valid arguments with every optional input given ([1, 5, …] packed as 2 sequences)."""
     b = 1 if packed else B
     key = iter(jax.random.split(jax.random.key(0), 8))
-    normal = lambda shape: jax.random.normal(next(key), shape, jnp.float32)  # noqa: E731
+    normal = lambda shape: testing.normal(next(key), shape)  # noqa: E731
     args = dict(q=normal((b, T, H, K)), k=normal((b, T, H, K)), v=normal((b, T, H, V)),
                 g=-jnp.abs(normal((b, T, H))), gk=-jnp.abs(normal((b, T, H, K))),
                 initial_state=normal((2 if packed else b, H, K, V)))

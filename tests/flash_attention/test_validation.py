@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import raises
 
-from workbench import _checks
+from workbench import _checks, testing
 from workbench.flash_attention._validate import Static, validate
 
 B, TQ, TK, H, HKV, D = 2, 5, 6, 4, 2, 8
@@ -31,7 +31,7 @@ def valid(dtype=jnp.float32, packed=False):
     """Valid arguments with every optional input given (packed: B = 1, two sequences)."""
     b = 1 if packed else B
     key = iter(jax.random.split(jax.random.key(0), 8))
-    normal = lambda shape, dt=dtype: jax.random.normal(next(key), shape, jnp.float32).astype(dt)  # noqa: E731
+    normal = lambda shape, dt=dtype: testing.normal(next(key), shape, dt)  # noqa: E731
     args = dict(q=normal((b, TQ, H, D)), k=normal((b, TK, HKV, D)), v=normal((b, TK, HKV, D)),
                 causal=True, scale=0.3, sliding_window=3, softcap=2.0, sinks=normal((H,), jnp.float32),
                 bias=normal((1, H, TQ, TK)),

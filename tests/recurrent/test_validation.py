@@ -13,6 +13,7 @@ import pytest
 
 from tests.helpers import raises
 
+from workbench import testing
 from workbench.recurrent import Tuning
 
 B, T, H, K, V = 2, 5, 3, 4, 6
@@ -23,11 +24,11 @@ def valid(dtype=jnp.float32, packed=False):
     """A valid set of arguments with every optional input given ([1, 5, …] packed as 2 sequences)."""
     b = 1 if packed else B
     key = iter(jax.random.split(jax.random.key(0), 8))
-    normal = lambda shape: jax.random.normal(next(key), shape, jnp.float32).astype(dtype)  # noqa: E731
+    normal = lambda shape: testing.normal(next(key), shape, dtype)  # noqa: E731
     args = dict(q=normal((b, T, H, K)), k=normal((b, T, H, K)), v=normal((b, T, H, V)),
                 g=-jnp.abs(normal((b, T, H))), gk=-jnp.abs(normal((b, T, H, K))), gv=-jnp.abs(normal((b, T, H, V))),
                 g_gamma=-jnp.linspace(0.1, 0.3, H, dtype=jnp.float32),
-                initial_state=jax.random.normal(next(key), (2 if packed else b, H, K, V), jnp.float32))
+                initial_state=testing.normal(next(key), (2 if packed else b, H, K, V)))
     if packed:
         args["cu_seqlens"] = jnp.asarray([0, 2, T], jnp.int32)
     return args
