@@ -206,10 +206,9 @@ def _bucket(size: int) -> int:
     return max(256, 1 << max(size - 1, 0).bit_length())
 
 
-@functools.partial(jax.jit, static_argnames=("size", "dtype", "scale"))
-def _flat_normal(key, size, dtype, scale):
-    x = jax.random.normal(key, (size,), jnp.float32)
-    return (x if scale == 1 else scale * x).astype(dtype)
+@functools.partial(jax.jit, static_argnames="size")
+def _flat_normal(key, size):
+    return jax.random.normal(key, (size,), jnp.float32)
 
 
 @functools.partial(jax.jit, static_argnames=("size", "high"))
@@ -238,7 +237,8 @@ def normal(key, shape, dtype=jnp.float32, scale: float = 1.0) -> jax.Array:
         x = jax.random.normal(key, shape, jnp.float32)
         return (x if scale == 1 else scale * x).astype(dtype)
     size = int(np.prod(shape, dtype=np.int64))
-    return _cut(_flat_normal(key, _bucket(size), jnp.dtype(dtype), float(scale)), shape)
+    x = _flat_normal(key, _bucket(size))  # scaled and cast op by op, as above, on the flat draw
+    return _cut((x if scale == 1 else scale * x).astype(dtype), shape)
 
 
 def randint(key, shape, high: int) -> jax.Array:
@@ -261,7 +261,7 @@ def log_gate(key, shape, strength: float, dtype=jnp.float32):
     size = int(np.prod(shape, dtype=np.int64))
     # the arithmetic op by op, as above (inside one jit XLA fuses it and float32 results differ in the
     # last place), on the whole flat draw: compiled once per size too
-    x = _flat_normal(key, _bucket(size), jnp.dtype(jnp.float32), 1.0)
+    x = _flat_normal(key, _bucket(size))
     return _cut((-strength * jax.nn.sigmoid(x + 1.0) * 2.0).astype(dtype), shape)
 
 
