@@ -33,6 +33,7 @@
 # if the forms or the Triton kernel disagree.
 
 # %%
+import functools
 import json
 import pathlib
 import sys
@@ -68,11 +69,13 @@ B, T, H, K, V = 1, 50, 2, 8, 8
 x32 = testing.recurrent_inputs(0, B, T, H, K, V, gates=("g", "gk"), strength=0.5)
 x64 = testing.to_float64(x32)
 
-o_def, S_def = reference.recurrent_ref(**x64)
-forms = {"parallel": reference.parallel_ref(**x64)}
+# each form under jax.jit: one XLA program per form instead of op-by-op dispatch (on a CPU most of
+# this cell's time would otherwise go to compiling each small operation separately)
+o_def, S_def = jax.jit(reference.recurrent_ref)(**x64)
+forms = {"parallel": jax.jit(reference.parallel_ref)(**x64)}
 for C in (16, 32, 64):
-    forms[f"chunkwise C={C}"] = reference.chunk_gla_ref(**x64, chunk_size=C)
-forms["Triton, float32, C=16"] = workbench.chunk_gla(**x32, chunk_size=16)
+    forms[f"chunkwise C={C}"] = jax.jit(reference.chunk_gla_ref, static_argnames="chunk_size")(**x64, chunk_size=C)
+forms["Triton, float32, C=16"] = jax.jit(workbench.chunk_gla, static_argnames="chunk_size")(**x32, chunk_size=16)
 
 print(f"{'form':>24s}   o vs definition   final state vs definition")
 for name, (o, S) in forms.items():
@@ -221,6 +224,7 @@ cts = testing.random_cotangents(3, (jax.ShapeDtypeStruct((B, T, H, V), jnp.float
 names = ("q", "k", "v", "g", "gk", "initial_state")
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def run(impl, inputs, cotangents):
     out, pullback = jax.vjp(lambda *a: workbench.chunk_gla(**dict(zip(names, a)), chunk_size=16,
                                                            implementation=impl), *[inputs[n] for n in names])

@@ -33,6 +33,7 @@
 # check that fails if the kernel is wrong or over its error budget anywhere above.
 
 # %%
+import functools
 import json
 import pathlib
 import sys
@@ -224,9 +225,8 @@ plt.show()
 # %%
 B, Tq, Tk, H, D = 1, 8, 32, 2, 16
 kq, kk, kv, ks = jax.random.split(jax.random.key(1), 4)
-q, k, v = (jax.random.normal(kx, shape, jnp.float32) for kx, shape in
-           ((kq, (B, Tq, H, D)), (kk, (B, Tk, H, D)), (kv, (B, Tk, H, D))))
-sinks = jax.random.normal(ks, (H,), jnp.float32)
+q, k, v = (testing.normal(kx, shape) for kx, shape in ((kq, (B, Tq, H, D)), (kk, (B, Tk, H, D)), (kv, (B, Tk, H, D))))
+sinks = testing.normal(ks, (H,))
 half = Tk // 2
 o_a, lse_a = workbench.flash_attention(q, k[:, :half], v[:, :half], sinks=sinks, return_lse=True)
 o_b, lse_b = workbench.flash_attention(q, k[:, half:], v[:, half:], return_lse=True)
@@ -273,19 +273,29 @@ CASES = {  # name -> (static options, which extra differentiable inputs, input m
 def inputs(seed, dtype, extras, magnitude):
     """Differentiable inputs (q, k, v and the extras), rounded to dtype."""
     kx = jax.random.split(jax.random.key(seed), 5)
-    x = dict(q=magnitude * jax.random.normal(kx[0], (B, Tq, H, D)),
-             k=magnitude * jax.random.normal(kx[1], (B, Tk, HKV, D)), v=jax.random.normal(kx[2], (B, Tk, HKV, D)))
+    x = dict(q=magnitude * testing.normal(kx[0], (B, Tq, H, D)),
+             k=magnitude * testing.normal(kx[1], (B, Tk, HKV, D)), v=testing.normal(kx[2], (B, Tk, HKV, D)))
     if "sinks" in extras:
-        x["sinks"] = jax.random.normal(kx[3], (H,))
+        x["sinks"] = testing.normal(kx[3], (H,))
     if "bias" in extras:
-        x["bias"] = jax.random.normal(kx[4], (1, H, Tq, Tk))
+        x["bias"] = testing.normal(kx[4], (1, H, Tq, Tk))
     return {n: a.astype(dtype) for n, a in x.items()}
 
 
 def outputs_and_grads(x, cts, options, implementation):
-    """{"o", "lse", "dq", "dk", "dv", ("dsinks", "dbias")} of flash_attention for cotangents (do, dlse)."""
+    """{"o", "lse", "dq", "dk", "dv", ("dsinks", "dbias")} of flash_attention for cotangents (do, dlse),
+    under `jax.jit` (one XLA program per case, not op-by-op dispatch): segment ids are its arguments,
+    the other options static."""
+    arrays = {n: a for n, a in options.items() if n == "segment_ids"}
+    static = tuple(sorted((n, a) for n, a in options.items() if n != "segment_ids"))
+    return _outputs_and_grads(x, cts, arrays, static, implementation)
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _outputs_and_grads(x, cts, arrays, static, implementation):
     def fn(x):
-        return workbench.flash_attention(**x, **options, return_lse=True, implementation=implementation)
+        return workbench.flash_attention(**x, **arrays, **dict(static), return_lse=True,
+                                         implementation=implementation)
 
     (o, lse), pullback = jax.vjp(fn, x)
     (grads,) = pullback(cts)
@@ -364,10 +374,11 @@ print(f"fraction kept: {float(keep.mean()):.3f} (expected {1 - RATE})")
 
 # %%
 kx = jax.random.split(jax.random.key(8), 4)
-x = {n: jax.random.normal(kk, (B, T, H, D), jnp.float32) for n, kk in zip("qkv", kx)}
-do = jax.random.normal(kx[3], (B, T, H, D), jnp.float32)
+x = {n: testing.normal(kk, (B, T, H, D)) for n, kk in zip("qkv", kx)}
+do = testing.normal(kx[3], (B, T, H, D))
 
 
+@functools.partial(jax.jit, static_argnums=2)  # one XLA program per implementation
 def dropout_run(x, do, implementation=None, key=key):
     """o and (dq, dk, dv): the public op with dropout, or (implementation=None) attention_ref on `keep`."""
     if implementation is None:

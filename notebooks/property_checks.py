@@ -65,11 +65,16 @@ small_shapes = st.tuples(st.just(1), st.sampled_from([1, 7, 16]), st.sampled_fro
 # most 1.5× the error of the reference run in the same dtype, plus atol.
 
 # %%
+# The op under `jax.jit`: one XLA program per shape and dtype instead of op-by-op dispatch, which on a
+# CPU spends most of its time compiling each small operation. Every call below goes through it.
+recurrent = jax.jit(workbench.recurrent, static_argnames=("implementation", "reverse"))
+
+
 def budget_table(args, **options):
     """Forward outputs of the kernel and the same-dtype reference, compared with the float64 oracle."""
-    kernel = workbench.recurrent(**args, **options, implementation="triton")
-    ref = workbench.recurrent(**args, **options, implementation="reference")
-    oracle = workbench.recurrent(**testing.to_float64(args), **options, implementation="reference")
+    kernel = recurrent(**args, **options, implementation="triton")
+    ref = recurrent(**args, **options, implementation="reference")
+    oracle = recurrent(**testing.to_float64(args), **options, implementation="reference")
     return [testing.compare(name, *xs) for name, *xs in zip(("o", "final_state"), kernel, ref, oracle)]
 
 
@@ -105,8 +110,8 @@ for shape, dtype, gates, strength, err, tol in seen:
 def reverse_is_flip(seed, shape, gates, strength):
     args = testing.recurrent_inputs(seed, *shape, gates=gates, strength=strength)
     flipped = {name: jnp.flip(x, 1) if name in ("q", "k", "v", "g", "gk", "gv") else x for name, x in args.items()}
-    o_rev, S_rev = workbench.recurrent(**args, reverse=True)
-    o_fwd, S_fwd = workbench.recurrent(**flipped)
+    o_rev, S_rev = recurrent(**args, reverse=True)
+    o_fwd, S_fwd = recurrent(**flipped)
     assert testing.rms_rel(o_rev, jnp.flip(o_fwd, 1)) < 1e-6, "o differs"
     assert testing.rms_rel(S_rev, S_fwd) < 1e-6, "final state differs"
 
@@ -128,8 +133,8 @@ print("reverse = flip ∘ forward ∘ flip held on every example")
 def drop_last_gate(q, k, v, g=None, g_gamma=None, gk=None, gv=None, **options):
     """BROKEN on purpose: the gates of the last step are treated as 0 (no decay)."""
     zero_last = lambda x: None if x is None else x.at[:, -1].set(0)  # noqa: E731
-    return workbench.recurrent(q, k, v, zero_last(g), g_gamma, zero_last(gk), zero_last(gv), **options,
-                               implementation="reference")
+    return recurrent(q, k, v, zero_last(g), g_gamma, zero_last(gk), zero_last(gv), **options,
+                     implementation="reference")
 
 
 @shrinking
@@ -137,7 +142,7 @@ def drop_last_gate(q, k, v, g=None, g_gamma=None, gk=None, gv=None, **options):
 def broken_matches_reference(seed, shape, gates, strength):
     args = testing.recurrent_inputs(seed, *shape, gates=gates, strength=strength)
     o_bad, S_bad = drop_last_gate(**args)
-    o_ref, S_ref = workbench.recurrent(**args, implementation="reference")
+    o_ref, S_ref = recurrent(**args, implementation="reference")
     assert testing.rms_rel(S_bad, S_ref) < 1e-5, f"final state differs: {testing.rms_rel(S_bad, S_ref):.2e}"
     assert testing.rms_rel(o_bad, o_ref) < 1e-5, f"o differs: {testing.rms_rel(o_bad, o_ref):.2e}"
 
@@ -163,7 +168,7 @@ assert caught is not None, "Hypothesis did not catch the broken variant"
 example_args = testing.recurrent_inputs(0, 1, 1, 1, 8, 8, gates=("g",), strength=0.1)
 print("g of the one step:", np.asarray(example_args["g"]).ravel())
 print("final state rel. diff:",
-      f"{testing.rms_rel(drop_last_gate(**example_args)[1], workbench.recurrent(**example_args, implementation='reference')[1]):.2e}")
+      f"{testing.rms_rel(drop_last_gate(**example_args)[1], recurrent(**example_args, implementation='reference')[1]):.2e}")
 
 # %% [markdown]
 # ## A broken gradient, found with `hypothesis.find`
@@ -176,11 +181,11 @@ print("final state rel. diff:",
 # %%
 def stop_gk_gradient(q, k, v, gk, **options):
     """BROKEN on purpose: no gradient flows to gk (forward pass unchanged)."""
-    return workbench.recurrent(q, k, v, gk=jax.lax.stop_gradient(gk), **options, implementation="reference")
+    return recurrent(q, k, v, gk=jax.lax.stop_gradient(gk), **options, implementation="reference")
 
 
 def real(q, k, v, gk, **options):
-    return workbench.recurrent(q, k, v, gk=gk, **options, implementation="reference")
+    return recurrent(q, k, v, gk=gk, **options, implementation="reference")
 
 
 def dgk_differs(case):

@@ -61,7 +61,7 @@ print("Triton runs", "in the interpreter (CPU)" if workbench._backend.INTERPRET 
 # %%
 K, V = 4, 3
 kq, kk, kv = jax.random.split(jax.random.key(0), 3)
-q1, k1, v1 = jax.random.normal(kq, (K,)), jax.random.normal(kk, (K,)), jax.random.normal(kv, (V,))
+q1, k1, v1 = testing.normal(kq, (K,)), testing.normal(kk, (K,)), testing.normal(kv, (V,))
 scale = K ** -0.5
 
 S0 = jnp.zeros((K, V))
@@ -109,8 +109,11 @@ for t in range(T):
     o_loop.append(o_t)
 o_loop = jnp.stack(o_loop)
 
-o_ref, S_ref = workbench.recurrent(**x, implementation="reference")
-o_tri, S_tri = workbench.recurrent(**x, implementation="triton")
+# From here on the op runs under `jax.jit`: one XLA program per call signature instead of op-by-op
+# dispatch, which on a CPU spends most of its time compiling each small operation.
+recurrent = jax.jit(workbench.recurrent, static_argnames=("scale", "reverse", "implementation"))
+o_ref, S_ref = recurrent(**x, implementation="reference")
+o_tri, S_tri = recurrent(**x, implementation="triton")
 print(f"loop vs reference, o:        {testing.rms_rel(o_ref[0, :, 0], o_loop):.1e}")
 print(f"triton vs reference, o:      {testing.rms_rel(o_tri, o_ref):.1e}")
 print(f"triton vs reference, state:  {testing.rms_rel(S_tri, S_ref):.1e}")
@@ -137,9 +140,9 @@ ones = jnp.ones((3, T, 1, 1))
 onehot = jnp.broadcast_to(jnp.eye(T), (3, T, T))[:, :, None, :]  # v_s = e_s, [B, T, H=1, V=T]
 strengths = {"no gate": 0.0, "mild (strength 0.05)": 0.05, "strong (strength 1)": 1.0}
 g = jnp.stack([testing.log_gate(jax.random.key(1), (T, 1), s) for s in strengths.values()])  # [3, T, 1]
-w_g, _ = workbench.recurrent(ones, ones, onehot, g=g, scale=1.0)
+w_g, _ = recurrent(ones, ones, onehot, g=g, scale=1.0)
 g_gamma = jnp.array([-0.15])
-w_gamma, _ = workbench.recurrent(ones[:1], ones[:1], onehot[:1], g_gamma=g_gamma, scale=1.0)
+w_gamma, _ = recurrent(ones[:1], ones[:1], onehot[:1], g_gamma=g_gamma, scale=1.0)
 
 weights = {name: w_g[b, :, 0, :] for b, name in enumerate(strengths)}
 weights[r"g_gamma = -0.15"] = w_gamma[0, :, 0, :]
@@ -182,7 +185,7 @@ print(f"{'g_gamma':>22s}: max |kernel - closed form| = "
 # inputs, and the induced weights are anti-causal (upper triangular):
 
 # %%
-w_rev, _ = workbench.recurrent(ones[1:2], ones[1:2], onehot[1:2], g=g[1:2], scale=1.0, reverse=True)
+w_rev, _ = recurrent(ones[1:2], ones[1:2], onehot[1:2], g=g[1:2], scale=1.0, reverse=True)
 
 fig, axes = plt.subplots(1, 2, figsize=(8, 3.6), layout="constrained")
 for ax, w, title in zip(axes, (w_g[1, :, 0], w_rev[0, :, 0]), ("forward", "reverse=True")):
@@ -193,9 +196,9 @@ plt.show()
 
 x = testing.recurrent_inputs(1, 2, 16, 2, 8, 8, gates=("g", "gk"), strength=0.5)
 flip = lambda a: jnp.flip(a, 1)  # noqa: E731  time axis of [B, T, ...]
-o_rev, S_rev = workbench.recurrent(**x, reverse=True)
-o_flip, S_flip = workbench.recurrent(flip(x["q"]), flip(x["k"]), flip(x["v"]), g=flip(x["g"]), gk=flip(x["gk"]),
-                                     initial_state=x["initial_state"])
+o_rev, S_rev = recurrent(**x, reverse=True)
+o_flip, S_flip = recurrent(flip(x["q"]), flip(x["k"]), flip(x["v"]), g=flip(x["g"]), gk=flip(x["gk"]),
+                     initial_state=x["initial_state"])
 print(f"reverse vs flip(forward(flip)), o:     {testing.rms_rel(o_rev, flip(o_flip)):.1e}")
 print(f"reverse vs flip(forward(flip)), state: {testing.rms_rel(S_rev, S_flip):.1e}")
 
@@ -211,7 +214,7 @@ print(f"reverse vs flip(forward(flip)), state: {testing.rms_rel(S_rev, S_flip):.
 
 # %%
 cu = jnp.array([0, 6, 6, 13, 20], jnp.int32)  # lengths 6, 0, 7, 7
-w_var, _ = workbench.recurrent(ones[:1], ones[:1], onehot[:1], g=g[1:2], scale=1.0, cu_seqlens=cu)
+w_var, _ = recurrent(ones[:1], ones[:1], onehot[:1], g=g[1:2], scale=1.0, cu_seqlens=cu)
 seq_id = np.searchsorted(np.asarray(cu), np.arange(T), side="right") - 1
 
 fig, (ax0, ax1) = plt.subplots(2, 1, figsize=(5.5, 6.2), height_ratios=(1, 6), layout="constrained")
@@ -236,7 +239,7 @@ plt.show()
 # %%
 N, TT, H, K, V = 4, 20, 2, 8, 8
 xp = testing.recurrent_inputs(2, 1, TT, H, K, V, gates=("g", "gk"), strength=0.5, n_seqs=N)
-o_pack, S_pack = workbench.recurrent(**xp, cu_seqlens=cu)
+o_pack, S_pack = recurrent(**xp, cu_seqlens=cu)
 names = ("q", "k", "v", "g", "gk")
 for n in range(N):
     bos, eos = int(cu[n]), int(cu[n + 1])
@@ -245,7 +248,7 @@ for n in range(N):
               bool(jnp.array_equal(S_pack[n], xp["initial_state"][n])))
         continue
     piece = {name: xp[name][:, bos:eos] for name in names}
-    o_n, S_n = workbench.recurrent(**piece, initial_state=xp["initial_state"][n:n + 1])
+    o_n, S_n = recurrent(**piece, initial_state=xp["initial_state"][n:n + 1])
     print(f"sequence {n}: rows {bos}:{eos}, o rel. diff {testing.rms_rel(o_pack[:, bos:eos], o_n):.1e}, "
           f"state rel. diff {testing.rms_rel(S_pack[n], S_n[0]):.1e}")
 
@@ -259,11 +262,11 @@ for n in range(N):
 
 # %%
 x = testing.recurrent_inputs(3, 2, 32, 2, 8, 8, gates=("g", "gk", "gv"), strength=0.5)
-o_full, S_full = workbench.recurrent(**x)
+o_full, S_full = recurrent(**x)
 first = {name: x[name][:, :16] for name in ("q", "k", "v", "g", "gk", "gv")}
 second = {name: x[name][:, 16:] for name in ("q", "k", "v", "g", "gk", "gv")}
-o_a, S_a = workbench.recurrent(**first, initial_state=x["initial_state"])
-o_b, S_b = workbench.recurrent(**second, initial_state=S_a)
+o_a, S_a = recurrent(**first, initial_state=x["initial_state"])
+o_b, S_b = recurrent(**second, initial_state=S_a)
 print(f"two halves vs one run, o:     {testing.rms_rel(jnp.concatenate([o_a, o_b], 1), o_full):.1e}")
 print(f"two halves vs one run, state: {testing.rms_rel(S_b, S_full):.1e}")
 
@@ -287,8 +290,8 @@ cases = {
 }
 worst = 0.0
 for name, (args, options) in cases.items():
-    o_t, S_t = workbench.recurrent(**args, **options, implementation="triton")
-    o_r, S_r = workbench.recurrent(**args, **options, implementation="reference")
+    o_t, S_t = recurrent(**args, **options, implementation="triton")
+    o_r, S_r = recurrent(**args, **options, implementation="reference")
     err_o, err_S = testing.rms_rel(o_t, o_r), testing.rms_rel(S_t, S_r)
     worst = max(worst, err_o, err_S)
     print(f"{name:>16s}: o {err_o:.1e}   final state {err_S:.1e}")
