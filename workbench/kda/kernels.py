@@ -541,8 +541,17 @@ def chunk_kda_bwd_wy_kernel(q, k, v, b, beta, A, ddelta, dw, dk_state, dg_state,
 # ----------------------------------------------------------------------------- backward: intra-chunk
 
 
+def _prune_intra(configs, named_args, **_):
+    """Key blocks not wider than K; with float32 inputs at most 32 (BK = 64 asks sm_90 for 283 KiB of
+    shared memory at K = 128, chunk 64, over its 227 KiB: `scripts/compile_check.py`)."""
+    kept = _prune("BK", "q")(configs, named_args)
+    if getattr(named_args["q"].dtype, "itemsize", 2) >= 4:
+        kept = [c for c in kept if c.kwargs["BK"] <= 32] or [min(kept, key=lambda c: c.kwargs["BK"])]
+    return kept
+
+
 @triton.autotune(configs=_configs("BK", (16, 32, 64)), key=["H", "K", "BT"],
-                 prune_configs_by={"early_config_prune": _prune("BK", "q")})
+                 prune_configs_by={"early_config_prune": _prune_intra})
 @triton.jit
 def chunk_kda_bwd_intra_kernel(q, k, b, beta, dAqk, dL, dq_in, dk_in, dg_in, dbeta_in, bounds,  # inputs
                                dq, dk, dg, dbeta,  # outputs: dq, dk in the inputs' dtype; dg, dβ float32
