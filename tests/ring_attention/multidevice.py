@@ -1,10 +1,10 @@
-"""Run ring-attention cases on N host devices and print their errors as JSON.
+"""Run ring-attention cases on host devices and print their errors as JSON.
 
     python tests/ring_attention/multidevice.py N < cases.json > results.json
 
 XLA fixes the number of host devices when JAX starts (`--xla_force_host_platform_device_count`),
-so the tests run this script in a subprocess, once per N, with every case for that N on stdin. A
-case is a dict: n, implementation, dtype, causal, layout, B, T (local length), H, Hkv, D, seed and
+so the tests run this script in a subprocess with N host devices, once for all cases (one JAX start):
+a case for n ≤ N devices runs on a mesh of the first n. A case is a dict: n, implementation, dtype, causal, layout, B, T (local length), H, Hkv, D, seed and
 api ("sharded": `sharded_ring_attention` on global arrays, explicit mesh axes; "shard_map":
 `ring_attention` inside the caller's own `jax.shard_map`, automatic mesh axes, the caller ordering
 a zigzag sequence itself). A case with "invalid" only makes the call on global arrays of length T
@@ -15,7 +15,8 @@ float64 oracle (`ring_attention_ref`, i.e. flash attention's reference on the ga
 held to the budget of `workbench.testing.compare` whose yardstick is `flash_attention` in the same
 dtype on the whole sequence on one device; also the same flash_attention with the case's
 implementation (its RMS-relative difference to the ring; cases with "flash_same"), and how many
-times each Triton kernel ran in the forward and backward (the interpreter's launches, counted).
+times each Triton kernel ran in the forward and backward (the interpreter's launches, counted), and
+on how many devices the ring's output lies ("devices").
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ def run_case(case):
     n = case["n"]
     # sharded_ring_attention gets an explicit-axes mesh (jax.make_mesh's default), the caller's own
     # shard_map an automatic one (explicit axes would want its inputs resharded first)
-    mesh = jax.make_mesh((n,), ("sp",), axis_types=(AxisType.Explicit if case["api"] == "sharded" else AxisType.Auto,))
+    mesh = jax.make_mesh((n,), ("sp",), axis_types=(AxisType.Explicit if case["api"] == "sharded" else AxisType.Auto,),
+                         devices=jax.devices()[:n])
     dtype = jnp.dtype(case["dtype"])
     T = n * case["T"]
     x = testing.attention_inputs(case["seed"], case["B"], T, T, case["H"], case["Hkv"], case["D"], dtype=dtype)
@@ -142,7 +144,7 @@ def run_case(case):
         "rms_rel_to_flash": (None if flash_same is None
                              else {name: testing.rms_rel(g, f) for name, g, f in zip(names, got, flash_same)}),
         "launches": launches,
-        "devices": len(jax.devices()),
+        "devices": len(o.sharding.device_set),
     }
 
 
@@ -153,13 +155,13 @@ def refusal(case):
 
     import workbench
 
-    mesh = jax.make_mesh((case["n"],), ("sp",))
+    mesh = jax.make_mesh((case["n"],), ("sp",), devices=jax.devices()[:case["n"]])
     x = jnp.zeros((case["B"], case["T"], case["H"], case["D"]), case["dtype"])
     try:
         workbench.sharded_ring_attention(x, x, x, mesh=mesh, axis_name="sp", layout=case["layout"])
     except ValueError as err:
-        return {"case": case, "error": str(err), "devices": len(jax.devices())}
-    return {"case": case, "error": None, "devices": len(jax.devices())}
+        return {"case": case, "error": str(err), "devices": mesh.devices.size}
+    return {"case": case, "error": None, "devices": mesh.devices.size}
 
 
 if __name__ == "__main__":

@@ -82,7 +82,8 @@ def test_ring_matches_full_sequence_on_gpus(dtype, causal, layout, T, H, Hkv, D)
         return ring_attention_ref(q, k, v, causal=causal)[0]
 
     o, grads = jax.jit(lambda p, c: testing.vjp_all(ring, p, c))(primals, do)
-    ring_o, ring_lse = _ring_o_lse(mesh, causal, layout, *primals)
+    # gathered to one device: the float64 floor below mixes them with unsharded arrays
+    ring_o, ring_lse = (jnp.asarray(jax.device_get(a)) for a in _ring_o_lse(mesh, causal, layout, *primals))
     with jax.default_matmul_precision("highest"):
         ref_o, ref_grads = jax.jit(lambda p, c: testing.vjp_all(full, p, c))(primals, do)
         primals64, do64 = testing.to_float64(primals), testing.to_float64(do)
