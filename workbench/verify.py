@@ -179,8 +179,10 @@ def _run_recurrent(case: Case, dtype: str, implementation: str, want_arrays: Seq
     if seqlens:
         inputs["cu_seqlens"] = jnp.asarray(np.cumsum([0, *seqlens]), jnp.int32)
     inputs["reverse"] = p["reverse"]
-    # Looked up at call time, so a test can swap in a broken op.
-    return check_vjp(lambda **kw: workbench.recurrent(**kw), inputs,
+    # One XLA program per direction instead of op-by-op dispatch; traced anew for every case, so the op
+    # is looked up at call time (a test can swap in a broken one).
+    op = jax.jit(lambda **kw: workbench.recurrent(**kw), static_argnames=("reverse", "implementation"))
+    return check_vjp(op, inputs,
                      ("q", "k", "v", "g", "gk", "gv", "initial_state"), ("o", "final_state"),
                      implementation, case.seed, want_arrays)
 
