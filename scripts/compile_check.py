@@ -9,7 +9,7 @@ and constexprs of the real launch, and returns zeros. Run it in its own process:
     python scripts/compile_check.py chunk_gla flash_attention recurrent chunk_kda recurrent_kda
     QUICK=1 python scripts/compile_check.py chunk_gla      # bfloat16, one head size, one chunk size
 
-It prints one line per (kernel, config) with the shared memory and register spills, and exits 1 if
+It prints one line per (kernel, config) with the shared memory, registers per thread and spilled bytes (cuobjdump), and exits 1 if
 any compilation failed, or if a config that survives the kernel's `prune_configs_by` (one that can
 run) asks for more shared memory than the target has (`SMEM_LIMIT`; Triton checks that only at
 launch, so on the GPU it surfaces as a failed custom call).
@@ -18,7 +18,11 @@ launch, so on the GPU it surfaces as a failed custom call).
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 os.environ["WORKBENCH_INTERPRET"] = "0"  # real @triton.jit functions, not the interpreter's
 os.environ.pop("TRITON_INTERPRET", None)
@@ -108,12 +112,31 @@ def compile_call(*args, kernel, out_shape, grid, name="", zeroed_outputs=(), inp
                 if config in runnable:
                     FAILURES.append(label)
             print(f"{verdict} {label}: shared {shared} B{' > ' + str(SMEM_LIMIT) if shared > SMEM_LIMIT else ''}, "
-                  f"spills {getattr(compiled, 'n_spills', '?')}", flush=True)
+                  f"{_resources(compiled)}", flush=True)
         except Exception as e:  # report every failing config, then exit 1
             FAILURES.append(label)
             print(f"FAIL  {label}: {type(e).__name__}: {str(e)[-1200:]}", flush=True)
     zeros = [jnp.zeros(o.shape, o.dtype) for o in outs]
     return zeros[0] if single else zeros
+
+
+def _resources(compiled) -> str:
+    """Registers per thread and spilled bytes from the cubin (cuobjdump's resource usage: REG, and
+    STACK, the local memory a spilling kernel uses); a kernel that spills runs from local memory."""
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as fh:
+        fh.write(compiled.asm["cubin"])
+        fh.flush()
+        try:
+            text = subprocess.run([str(cuobjdump), "--dump-resource-usage", fh.name], capture_output=True,
+                                  text=True, timeout=60).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"registers ? ({type(exc).__name__})"
+    reg, stack = re.search(r"REG:(\d+)", text), re.search(r"STACK:(\d+)", text)
+    if reg is None:
+        return "registers ?"
+    spill = int(stack.group(1)) if stack else 0
+    return f"registers {reg.group(1)}, stack {spill} B" + ("  SPILLS" if spill else "")
 
 
 def _patch():
