@@ -157,6 +157,26 @@ def test_pinned_regressions(case):
         assert all(bool(jnp.all(jnp.isfinite(x.astype(jnp.float32)))) for x in kernel.values())
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=lambda d: jnp.dtype(d).name)
+def test_own_block_product_and_row_loop_in_one_call(dtype):
+    """(gla.11) Sub-chunks whose log-decays span just under DIRECT_RANGE take the own-block product,
+    those just over take the row loop, in the same chunk; both against the float64 oracle."""
+    from workbench.chunk_gla.kernels import DIRECT_RANGE
+
+    T, K = 64, 16
+    inputs = inputs_for(31, 1, T, 1, K, 16, dtype=dtype, gates=("gk",))
+    # per-step log-decays: rows 0-15 span ~0.9 ρ, rows 16-31 ~1.1 ρ, rows 32-47 ~0.3 ρ, 48-63 ~3 ρ
+    per_step = np.repeat(np.array([0.9, 1.1, 0.3, 3.0]) * DIRECT_RANGE / 15, 16)
+    jitter = np.random.default_rng(32).uniform(0.9, 1.0, (T, K))
+    gk = -(per_step[:, None] * jitter)
+    spans = [float(np.max(np.cumsum(gk[i:i + 16], axis=0)[0] - np.cumsum(gk[i:i + 16], axis=0)[-1]))
+             for i in range(0, T, 16)]
+    assert spans[0] < DIRECT_RANGE < spans[1] and spans[2] < DIRECT_RANGE < spans[3], spans
+    inputs["gk"] = jnp.asarray(gk[None, :, None, :], inputs["gk"].dtype)
+    kernel = check_against_oracle(inputs, 33, chunk_size=64)
+    assert all(bool(jnp.all(jnp.isfinite(x.astype(jnp.float32)))) for x in kernel.values())
+
+
 # ----------------------------------------------------------------------------- variable length
 
 

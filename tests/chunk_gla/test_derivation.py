@@ -212,6 +212,50 @@ def test_gla_6():
     assert n_checked > 1000
 
 
+def _own_block_products(b, q, k, n):
+    """A sub-chunk's own block (rows n … n+15) through reference row n, in float32 as the kernel forms
+    it: (q ⊙ exp(b − b_n)) (k ⊙ exp(b_n − b))ᵀ masked to s ≤ r; and the same block in float64 directly."""
+    rows = slice(n, n + 16)
+    bq = np.exp(b[rows] - b[n]).astype(np.float32)
+    bk = np.exp(b[n] - b[rows]).astype(np.float32)
+    factored = np.tril((q[rows] * bq) @ (k[rows] * bk).T)
+    b64 = b.astype(np.float64)
+    direct = np.tril(np.einsum("rk,sk,rsk->rs", q[rows].astype(np.float64), k[rows].astype(np.float64),
+                               np.exp(b64[rows][:, None, :] - b64[rows][None, :, :])))
+    return factored, direct, bq, bk
+
+
+def test_gla_11():
+    """Where a sub-chunk's span ρ_I = max_k (b_n − b_m) is at most ρ = DIRECT_RANGE, its own block is one
+    product through row n: factors in [e^−ρ, e^ρ], every kept entry as accurate as the direct form
+    (float32 rounding only). Beyond the bound the same split breaks (a factor overflows or underflows
+    while the true weight is ~1), which is why the kernels fall back to the row loop there."""
+    from workbench.chunk_gla.kernels import DIRECT_RANGE
+
+    assert DIRECT_RANGE == 20.0  # NOTES.md quotes it
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((64, 8)).astype(np.float32)
+    k = rng.standard_normal((64, 8)).astype(np.float32)
+    for per_step in (0.05, 0.5, 1.2):  # spans of ~1, ~10, ~19 over 16 rows
+        a = -per_step * np.ones((64, 8)) * rng.uniform(0.5, 1.0, (1, 8)) * 2.0 / 1.5
+        b = np.cumsum(a, axis=0).astype(np.float32)
+        for n in range(0, 64, 16):
+            span = float(np.max(b[n] - b[n + 15]))
+            if span > DIRECT_RANGE:
+                continue
+            factored, direct, bq, bk = _own_block_products(b, q, k, n)
+            assert bq.max() <= 1 and bq.min() >= np.exp(-DIRECT_RANGE) * (1 - 1e-6)
+            assert bk.min() >= 1 and bk.max() <= np.exp(DIRECT_RANGE) * (1 + 1e-6)
+            scale = np.abs(q[n:n + 16]) @ np.abs(k[n:n + 16]).T  # the size of each entry's terms
+            err = np.abs(factored - direct) / np.tril(scale).clip(1e-30)
+            assert np.tril(err).max() < 2e-6, (per_step, n, span, np.tril(err).max())
+    # the reason for the bound: a span of ~300 (log-decays of −20 per step) overflows exp(b_n − b_s)
+    b = np.cumsum(-20.0 * np.ones((64, 8)), axis=0).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        factored, direct, _, _ = _own_block_products(b, q, k, 16)
+    assert not np.allclose(factored, direct, rtol=1e-3, atol=1e-6)
+
+
 # ----------------------------------------------------------------------------- backward
 
 

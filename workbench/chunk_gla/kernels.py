@@ -31,6 +31,8 @@ from ..tl_helpers import LOG2E
 
 SUB_CHUNK = 16  # rows per sub-chunk inside a chunk (the smallest tl.dot tile)
 BC = tl.constexpr(SUB_CHUNK)
+DIRECT_RANGE = 20.0  # (gla.11) a sub-chunk whose log-decays span at most this takes its own block as one product
+RHO = tl.constexpr(DIRECT_RANGE)
 
 
 def _configs(block: str, sizes=(32, 64)):
@@ -96,6 +98,22 @@ def chunk_cumsum_kernel(gk, bounds, b, H: tl.constexpr, K: tl.constexpr, BT: tl.
 
 
 @triton.jit
+def _sequence(cu_seqlens, i_n):
+    """(first row, end row) of packed sequence i_n, as int64."""
+    return tl.load(cu_seqlens + i_n).to(tl.int64), tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+
+
+@triton.jit
+def _sweep_chunk(cu_seqlens, i_n, c, BT: tl.constexpr):
+    """(start, end) rows of chunk c of sequence i_n, computed from cu_seqlens (the same rows as its slot's
+    `bounds`, without a load whose result the next address depends on, so the sweep's loads can be
+    issued ahead of the loop body)."""
+    bos, eos = _sequence(cu_seqlens, i_n)
+    start = bos + c * BT
+    return start, tl.minimum(start + BT, eos)
+
+
+@triton.jit
 def _sweep_prologue(cu_seqlens, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                     BK: tl.constexpr, BV: tl.constexpr):
     """What a state sweep (one program per value block and (sequence, head)) needs before its loop:
@@ -103,9 +121,9 @@ def _sweep_prologue(cu_seqlens, H: tl.constexpr, K: tl.constexpr, V: tl.constexp
     state mask and offsets)."""
     i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     i_n, i_h = i_nh // H, i_nh % H
-    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    bos, eos = _sequence(cu_seqlens, i_n)
     first_slot = bos // BT + i_n
-    n_chunks = tl.cdiv(tl.load(cu_seqlens + i_n + 1).to(tl.int64) - bos, BT)
+    n_chunks = tl.cdiv(eos - bos, BT)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_k, m_v = o_k < K, o_v < V
@@ -128,7 +146,7 @@ def chunk_h_kernel(k, v, b, h0, cu_seqlens, bounds,  # inputs
     for c in range(0, n_chunks):
         i_s = first_slot + c
         tl.store(hs + (i_s * H + i_h) * K * V + p_state, b_h, mask=m_h)
-        start, end = _chunk(bounds, i_s)
+        start, end = _sweep_chunk(cu_seqlens, i_nh // H, c, BT)
         rows = start + tl.arange(0, BT)
         m_t = rows < end
         b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)  # [BT, BK]
@@ -261,23 +279,31 @@ def chunk_a_kernel(q, k, b, bounds,  # inputs
     o_k = tl.arange(0, BK)
     m_k = o_k < K
     o_t = tl.arange(0, BT)
-    rows_i, m_i, b_qi, _, b_bi, _, b_k, b_b, b_bn, _, b_bL = _sub_chunk(q, k, b, i_c, start, end, i_h, o_k, m_k,
-                                                                        H, K, BT)
+    rows_i, m_i, b_qi, _, b_bi, _, b_k, b_b, b_bn, b_bm, b_bL = _sub_chunk(q, k, b, i_c, start, end, i_h, o_k,
+                                                                           m_k, H, K, BT)
     # (gla.6) earlier sub-chunks through the reference row n = the sub-chunk's first row:
     # exp(b_r − b_n) ≤ 1 for r ≥ n and exp(b_n − b_s) ≤ 1 for s < n; later keys are zero.
-    earlier = o_t < i_c * BC
-    b_qn = b_qi * _exp(b_bi - b_bn[None, :])  # [BC, BK]
-    b_kn = tl.where(earlier[:, None], b_k * _exp(tl.where(earlier[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
-    b_A = tl.dot(b_qn, tl.trans(b_kn), input_precision=F32_DOT)  # [BC, BT]
-    # the sub-chunk's own block, one key row j at a time: every kept ratio is exp of a number ≤ 0
+    # (gla.11) where the sub-chunk's log-decays span at most RHO (b_n − b_m ≤ RHO in every key column),
+    # its own keys join the same product: exp(b_n − b_s) ≤ exp(RHO) for n ≤ s ≤ m, and the block is
+    # masked to s ≤ r afterwards. Otherwise the own block is built one key row at a time below.
     o_c = tl.arange(0, BC)
     own0 = i_c * BC
-    if UNROLL:
-        for j in tl.static_range(BC):
-            b_A = _a_own_column(b_A, j, k, b, start + own0, end, b_qi, b_bi, b_bL, o_c, o_t, own0, i_h, o_k, m_k, H, K)
-    else:
-        for j in range(0, BC):
-            b_A = _a_own_column(b_A, j, k, b, start + own0, end, b_qi, b_bi, b_bL, o_c, o_t, own0, i_h, o_k, m_k, H, K)
+    direct = tl.max(b_bn - b_bm, axis=0) <= RHO
+    keys = o_t < tl.where(direct, own0 + BC, own0)
+    b_qn = b_qi * _exp(b_bi - b_bn[None, :])  # [BC, BK]
+    b_kn = tl.where(keys[:, None], b_k * _exp(tl.where(keys[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
+    b_A = tl.dot(b_qn, tl.trans(b_kn), input_precision=F32_DOT)  # [BC, BT]
+    b_A = tl.where(o_t[None, :] <= (own0 + o_c)[:, None], b_A, 0.0)  # s ≤ r
+    if not direct:
+        # the own block, one key row j at a time: every kept ratio is exp of a number ≤ 0
+        if UNROLL:
+            for j in tl.static_range(BC):
+                b_A = _a_own_column(b_A, j, k, b, start + own0, end, b_qi, b_bi, b_bL, o_c, o_t, own0, i_h, o_k, m_k,
+                                    H, K)
+        else:
+            for j in range(0, BC):
+                b_A = _a_own_column(b_A, j, k, b, start + own0, end, b_qi, b_bi, b_bL, o_c, o_t, own0, i_h, o_k, m_k,
+                                    H, K)
     b_A *= scale
     tl.store(A + (rows_i[:, None] * H + i_h) * BT + o_t[None, :], b_A.to(A.dtype.element_ty), mask=m_i[:, None])
 
@@ -329,7 +355,7 @@ def chunk_dh_kernel(q, do, b, dht, cu_seqlens, bounds,  # inputs
     for c_rev in range(0, n_chunks):
         i_s = first_slot + n_chunks - 1 - c_rev
         tl.store(dhs + (i_s * H + i_h) * K * V + p_state, b_dh, mask=m_h)
-        start, end = _chunk(bounds, i_s)
+        start, end = _sweep_chunk(cu_seqlens, i_nh // H, n_chunks - 1 - c_rev, BT)
         rows = start + tl.arange(0, BT)
         m_t = rows < end
         b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :],
@@ -400,32 +426,37 @@ def chunk_dqk_intra_kernel(q, k, v, do, b, bounds,  # inputs
     b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_tv, other=0.0)
     b_vi = tl.load(v + (rows_i[:, None] * H + i_h) * V + o_v[None, :], mask=m_iv, other=0.0)
     b_doi = tl.load(do + (rows_i[:, None] * H + i_h) * V + o_v[None, :], mask=m_iv, other=0.0)
-    # dA[r, s] = do_r · v_s: this sub-chunk's rows, its columns, and its own block
+    # dA[r, s] = do_r · v_s: this sub-chunk's rows and its columns (its own block below, where needed)
     b_dA_rows = tl.dot(b_doi, tl.trans(b_v), input_precision=F32_DOT)  # [BC, BT]
     b_dA_cols = tl.dot(b_do, tl.trans(b_vi), input_precision=F32_DOT)  # [BT, BC]
-    b_dA_own = tl.dot(b_doi, tl.trans(b_vi), input_precision=F32_DOT)  # [BC, BC]
-    # (gla.6) queries of this sub-chunk against earlier keys, through its first row n
+    # (gla.6) queries of this sub-chunk against earlier keys, through its first row n; (gla.11) with a
+    # span of at most RHO, its own keys s < r too (exp(b_n − b_s) ≤ exp(RHO))
     own0 = i_c * BC
-    earlier = o_t < own0
-    b_kn = tl.where(earlier[:, None], b_k * _exp(tl.where(earlier[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
-    b_dq = _exp(b_bi - b_bn[None, :]) * tl.dot(tl.where(earlier[None, :], b_dA_rows, 0.0), b_kn,
-                                               input_precision=F32_DOT)
-    # keys of this sub-chunk against later queries, through its last row m
-    later = o_t >= own0 + BC
-    b_qm = tl.where(later[:, None], b_q * _exp(tl.where(later[:, None], b_b - b_bm[None, :], 0.0)), 0.0)
-    b_dk = _exp(b_bm[None, :] - b_bi) * tl.dot(tl.trans(tl.where(later[:, None], b_dA_cols, 0.0)), b_qm,
-                                               input_precision=F32_DOT)
-    # the own block strictly below its diagonal, one row j at a time (every kept exponent ≤ 0):
-    # as a key, row j feeds the queries r > j; as a query, it feeds the keys s < j
     o_c = tl.arange(0, BC)
-    if UNROLL:
-        for j in tl.static_range(BC):
-            b_dq, b_dk = _dqk_own_row(b_dq, b_dk, j, q, k, b, start + own0, end, b_bi, b_bL, b_dA_own, o_c, i_h,
-                                      o_k, m_k, H, K)
-    else:
-        for j in range(0, BC):
-            b_dq, b_dk = _dqk_own_row(b_dq, b_dk, j, q, k, b, start + own0, end, b_bi, b_bL, b_dA_own, o_c, i_h,
-                                      o_k, m_k, H, K)
+    direct = tl.max(b_bn - b_bm, axis=0) <= RHO
+    keys = o_t < tl.where(direct, own0 + BC, own0)
+    b_kn = tl.where(keys[:, None], b_k * _exp(tl.where(keys[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
+    strict_rows = o_t[None, :] < (own0 + o_c)[:, None]  # s < r
+    b_dq = _exp(b_bi - b_bn[None, :]) * tl.dot(tl.where(strict_rows, b_dA_rows, 0.0), b_kn, input_precision=F32_DOT)
+    # keys of this sub-chunk against later queries, through its last row m; (gla.11) its own queries
+    # r > s too (exp(b_r − b_m) ≤ exp(RHO) for n ≤ r ≤ m)
+    queries = o_t >= tl.where(direct, own0, own0 + BC)
+    b_qm = tl.where(queries[:, None], b_q * _exp(tl.where(queries[:, None], b_b - b_bm[None, :], 0.0)), 0.0)
+    strict_cols = o_t[:, None] > (own0 + o_c)[None, :]  # r > s
+    b_dk = _exp(b_bm[None, :] - b_bi) * tl.dot(tl.trans(tl.where(strict_cols, b_dA_cols, 0.0)), b_qm,
+                                               input_precision=F32_DOT)
+    if not direct:
+        # the own block strictly below its diagonal, one row j at a time (every kept exponent ≤ 0):
+        # as a key, row j feeds the queries r > j; as a query, it feeds the keys s < j
+        b_dA_own = tl.dot(b_doi, tl.trans(b_vi), input_precision=F32_DOT)  # [BC, BC]
+        if UNROLL:
+            for j in tl.static_range(BC):
+                b_dq, b_dk = _dqk_own_row(b_dq, b_dk, j, q, k, b, start + own0, end, b_bi, b_bL, b_dA_own, o_c, i_h,
+                                          o_k, m_k, H, K)
+        else:
+            for j in range(0, BC):
+                b_dq, b_dk = _dqk_own_row(b_dq, b_dk, j, q, k, b, start + own0, end, b_bi, b_bL, b_dA_own, o_c, i_h,
+                                          o_k, m_k, H, K)
     p_i = (rows_i[:, None] * H + i_h) * K + o_k[None, :]
     m_ik = m_i[:, None] & m_k[None, :]
     tl.store(dq_s + p_i, b_dq * scale, mask=m_ik)
