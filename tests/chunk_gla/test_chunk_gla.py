@@ -18,7 +18,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from workbench import launch, strategies, testing
-from workbench.chunk_gla import Tuning, kernels
+from workbench.chunk_gla import kernels
 from workbench.recurrent.reference import recurrent_ref
 
 DIFFERENTIABLE = ("q", "k", "v", "g", "gk", "initial_state")
@@ -275,18 +275,36 @@ AUTOTUNED = {"chunk_h_kernel": "forward", "chunk_a_kernel": "forward", "chunk_o_
              "chunk_dqkg_kernel": "backward"}
 
 
+TUNING_CHUNK = 32
+
+
+def _spans(a, size):
+    """max over keys of b_first − b_last for each run of `size` rows of the folded log-decays a [T, K]."""
+    return [float(np.max(-np.sum(a[i + 1:i + size], axis=0), initial=0.0)) for i in range(0, a.shape[0], size)]
+
+
 @pytest.fixture(scope="module")
 def tuning_problem():
-    """K = 40 and V = 40 (block sizes 32 and 64 give two blocks, the second partial, and one), and the
-    answer with the backward computed as `jax.vjp` of the reference (`Tuning(backward="reference")`)."""
-    inputs = inputs_for(19, 1, 20, 1, 40, 40, gates=("g", "gk"), strength=5.0)
+    """K = 40 and V = 40 (block sizes 32 and 64 give two blocks, the second partial, and one), T = 40 in
+    chunks of 32, and the answer from the chunkwise reference in float32. The gates are weak in rows 0–15 and 32–39 and strong in 16–31,
+    so every config meets each path: a chunk over kernels.DIRECT_RANGE with one sub-chunk under it
+    (gla.11) and one over it (row loop), and a direct chunk (gla.12)."""
+    inputs = inputs_for(19, 1, 40, 1, 40, 40, gates=("g", "gk"), strength=5.0)
+    weak = jnp.asarray(np.where((np.arange(40) < 16) | (np.arange(40) >= 32), 0.02, 1.0))
+    inputs["g"] = (inputs["g"] * weak[None, :, None]).astype(inputs["g"].dtype)
+    inputs["gk"] = (inputs["gk"] * weak[None, :, None, None]).astype(inputs["gk"].dtype)
+    a = np.asarray(inputs["g"], np.float64)[0, :, 0, None] + np.asarray(inputs["gk"], np.float64)[0, :, 0]
+    chunks, subs = _spans(a, TUNING_CHUNK), _spans(a[:TUNING_CHUNK], kernels.SUB_CHUNK)
+    assert chunks[0] > kernels.DIRECT_RANGE >= chunks[1], chunks
+    assert subs[0] <= kernels.DIRECT_RANGE < subs[1], subs
     cts = cotangents(20, inputs)
-    return inputs, cts, outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(backward="reference"))
+    # forward from the chunkwise reference (float32), backward as jax.vjp of it: no kernel in the answer
+    return inputs, cts, outputs_and_grads(inputs, cts, chunk_size=TUNING_CHUNK, implementation="reference")
 
 
 @pytest.mark.parametrize("name", AUTOTUNED, ids=AUTOTUNED)
 def test_every_autotune_config_gives_the_same_answer(name, tuning_problem):
-    """Each config of each kernel, the others at their first; backward kernels against the reference's VJP."""
+    """Each config of each kernel, the others at their first, against the chunkwise reference."""
     kernel = getattr(kernels, name)
     configs = launch.autotune_configs(kernel)
     assert len({tuple(c.kwargs.items()) for c in configs}) >= 2
@@ -294,10 +312,10 @@ def test_every_autotune_config_gives_the_same_answer(name, tuning_problem):
     for index, config in enumerate(configs):
         with launch.interpreter_config(kernel, index):
             if AUTOTUNED[name] == "forward":
-                o, ht = jax.block_until_ready(workbench.chunk_gla(**inputs, chunk_size=16))
+                o, ht = jax.block_until_ready(workbench.chunk_gla(**inputs, chunk_size=TUNING_CHUNK))
                 got, want = {"o": o, "final_state": ht}, {n: expected[n] for n in ("o", "final_state")}
             else:
-                got, want = jax.block_until_ready(_outputs_and_grads(inputs, cts, chunk_size=16)), expected
+                got, want = jax.block_until_ready(_outputs_and_grads(inputs, cts, chunk_size=TUNING_CHUNK)), expected
         for n in want:
             err = testing.rms_rel(got[n], want[n])
             assert err <= (GATE_EXACT if n in ("dg", "dgk") else EXACT), f"config {config}: {n} gap {err:.2e}"

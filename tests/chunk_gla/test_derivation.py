@@ -256,6 +256,39 @@ def test_gla_11():
     assert not np.allclose(factored, direct, rtol=1e-3, atol=1e-6)
 
 
+def test_gla_12():
+    """A chunk whose span max_k (b_0 − b_L) is at most ρ: A, dq° and dk° through its first row, in float32,
+    equal the direct float64 sums to float32 rounding (every factor in [e^−ρ, e^ρ]); a first gate of
+    −100 (b_0 = −100, outside the span) does not matter, and rows past a short chunk's end must be
+    masked before exp (there b would read 0 and exp(−b_0) = e^100 overflows float32)."""
+    from workbench.chunk_gla.kernels import DIRECT_RANGE
+
+    rng = np.random.default_rng(12)
+    C, Kd = 64, 8
+    q, k, dA = (rng.standard_normal(shape).astype(np.float32) for shape in ((C, Kd), (C, Kd), (C, C)))
+    a = -rng.uniform(0.0, 0.6, (C, Kd))
+    a[0] = -100.0
+    b = np.cumsum(a, axis=0).astype(np.float32)
+    assert np.max(b[0] - b[-1]) <= DIRECT_RANGE
+    e_q, e_k = np.exp(b - b[0]), np.exp(b[0] - b)
+    assert e_q.min() >= np.exp(-DIRECT_RANGE) and e_k.max() <= np.exp(DIRECT_RANGE)
+    lower, strict = np.tril(np.ones((C, C))), np.tril(np.ones((C, C)), -1)
+    A = ((q * e_q) @ (k * e_k).T) * lower
+    dq = e_q * ((dA * strict) @ (k * e_k))
+    dk = e_k * ((dA * strict).T @ (q * e_q))
+    b64 = b.astype(np.float64)
+    ratio = np.exp(b64[:, None, :] - b64[None, :, :]) * strict[:, :, None]  # [r, s, k], s < r
+    A_direct = np.einsum("rk,sk,rsk->rs", q, k, ratio) + np.diag(np.sum(q * k, axis=1))
+    dq_direct = np.einsum("rs,sk,rsk->rk", dA, k, ratio)
+    dk_direct = np.einsum("rs,rk,rsk->sk", dA, q, ratio)
+    size = lambda x, y: np.abs(x) @ np.abs(y)  # noqa: E731  the size of each entry's terms
+    assert np.max(np.abs(A - A_direct) / (size(q, k.T) + 1e-30)) < 1e-5
+    assert np.max(np.abs(dq - dq_direct) / (size(np.abs(dA), np.abs(k)) + 1e-30)) < 1e-5
+    assert np.max(np.abs(dk - dk_direct) / (size(np.abs(dA).T, np.abs(q)) + 1e-30)) < 1e-5
+    with np.errstate(over="ignore"):
+        assert np.isinf(np.exp(np.float32(0.0) - b[0])).any()  # an unmasked row past the end
+
+
 # ----------------------------------------------------------------------------- backward
 
 

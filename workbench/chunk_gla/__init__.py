@@ -141,7 +141,7 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
         grid=(BT // kernels.SUB_CHUNK, NS, H), name="workbench_chunk_gla_a", scale=static.scale, F32_DOT=_f32_dot(q),
         **common)
     o = triton_call(
-        q, v, b, hs, A, bounds, kernel=kernels.chunk_o_kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
+        q, k, v, b, hs, A, bounds, kernel=kernels.chunk_o_kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
         grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), name="workbench_chunk_gla_o",
         scale=static.scale, V=V, F32_DOT=_f32_dot(q), **common)
     return o, ht, ((b, hs, A) if save else None)
@@ -163,8 +163,9 @@ def _backward(q, k, v, b, hs, A, cu, do, dht, static: _Static):
         grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), name="workbench_chunk_gla_dh",
         scale=static.scale, BK=BK, **common)
     dv = triton_call(
-        k, do, b, A, dhs, bounds, kernel=kernels.chunk_dv_kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
-        grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), name="workbench_chunk_gla_dv", BK=BK, **common)
+        q, k, do, b, A, dhs, bounds, kernel=kernels.chunk_dv_kernel,
+        out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype), grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H),
+        name="workbench_chunk_gla_dv", scale=static.scale, BK=BK, **common)
     BV = max(16, triton.next_power_of_2(V))
     dq_s, dk_s = triton_call(
         q, k, v, do, b, bounds, kernel=kernels.chunk_dqk_intra_kernel,

@@ -191,6 +191,38 @@ def _key_row(x, b, row, end, b_bL, i_h, o_k, m_k, H: tl.constexpr, K: tl.constex
     return b_x, b_b
 
 
+@triton.jit
+def _chunk_direct(b, start, end, i_h, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr):
+    """(gla.12) Whether the chunk's log-decays span at most RHO: max over all K key columns of
+    b_start − b_{end−1}. Every kernel that asks decides the same way (the same two rows of b)."""
+    span = tl.max(_row(b, start, i_h, tl.arange(0, BK), tl.arange(0, BK) < K, H, K)
+                  - _row(b, end - 1, i_h, tl.arange(0, BK), tl.arange(0, BK) < K, H, K), axis=0)
+    for i_k in tl.static_range(1, (K + BK - 1) // BK):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        span = tl.maximum(span, tl.max(_row(b, start, i_h, o_k, m_k, H, K) - _row(b, end - 1, i_h, o_k, m_k, H, K),
+                                       axis=0))
+    return span <= RHO
+
+
+@triton.jit
+def _chunk_factors(b_b, b_b0, m_t):
+    """(gla.12) exp(b_r − b_0) ∈ [e^−RHO, 1] and exp(b_0 − b_s) ∈ [1, e^RHO] for the chunk's rows, 0 past its
+    end (where b reads 0 and −b_0 could be large)."""
+    e_q = tl.where(m_t[:, None], _exp(tl.where(m_t[:, None], b_b - b_b0[None, :], 0.0)), 0.0)
+    e_k = tl.where(m_t[:, None], _exp(tl.where(m_t[:, None], b_b0[None, :] - b_b, 0.0)), 0.0)
+    return e_q, e_k
+
+
+@triton.jit
+def _chunk_A(b_q, b_k, b_b, b_b0, m_t, scale, F32_DOT: tl.constexpr, BT: tl.constexpr):
+    """(gla.12) A = scale (q ⊙ exp(b − b_0)) (k ⊙ exp(b_0 − b))ᵀ masked to s ≤ r: a direct chunk's A."""
+    e_q, e_k = _chunk_factors(b_b, b_b0, m_t)
+    o_t = tl.arange(0, BT)
+    b_A = tl.dot(b_q * e_q, tl.trans(b_k * e_k), input_precision=F32_DOT)
+    return tl.where(o_t[:, None] >= o_t[None, :], b_A, 0.0) * scale
+
+
 # sub-chunk tiles and the elementwise [BC, BC, BK] ratio block, as the KDA kernels use them
 
 
@@ -276,6 +308,8 @@ def chunk_a_kernel(q, k, b, bounds,  # inputs
     start, end = _chunk(bounds, i_s)
     if start + i_c * BC >= end:
         return
+    if _chunk_direct(b, start, end, i_h, H, K, BK):
+        return  # (gla.12) the o and dv kernels form this chunk's A themselves
     o_k = tl.arange(0, BK)
     m_k = o_k < K
     o_t = tl.arange(0, BT)
@@ -311,11 +345,12 @@ def chunk_a_kernel(q, k, b, bounds,  # inputs
 @triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": _prune("BV", "v")})
 @triton.jit
-def chunk_o_kernel(q, v, b, hs, A, bounds,  # inputs
+def chunk_o_kernel(q, k, v, b, hs, A, bounds,  # inputs
                    o,  # output [TT, H, V]
                    scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
-    """(gla.5) o = q̄ h + A v for one chunk: two products of whole-chunk tiles."""
+    """(gla.5) o = q̄ h + A v for one chunk: two products of whole-chunk tiles; A from `chunk_a_kernel`,
+    or for a direct chunk (gla.12) formed here."""
     i_v, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     start, end = _chunk(bounds, i_s)
     if start >= end:
@@ -330,9 +365,15 @@ def chunk_o_kernel(q, v, b, hs, A, bounds,  # inputs
     dtype = b_v.dtype
     b_h = tl.load(hs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :],
                   other=0.0).to(dtype)  # [BK, BV]
-    b_qbar = (_tile(q, rows, m_t, i_h, o_k, m_k, H, K) * _exp(_tile(b, rows, m_t, i_h, o_k, m_k, H, K))
-              * scale).to(dtype)  # rows past the end: q = 0
-    b_A = tl.load(A + (rows[:, None] * H + i_h) * BT + o_t[None, :], mask=m_t[:, None] & m_t[None, :], other=0.0)
+    b_q = _tile(q, rows, m_t, i_h, o_k, m_k, H, K)
+    b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+    b_qbar = (b_q * _exp(b_b) * scale).to(dtype)  # rows past the end: q = 0
+    if _chunk_direct(b, start, end, i_h, H, K, BK):
+        b_A = _chunk_A(b_q, _tile(k, rows, m_t, i_h, o_k, m_k, H, K), b_b, _row(b, start, i_h, o_k, m_k, H, K), m_t,
+                       scale, F32_DOT, BT).to(dtype)  # rounded as chunk_a_kernel stores it
+    else:
+        b_A = tl.load(A + (rows[:, None] * H + i_h) * BT + o_t[None, :], mask=m_t[:, None] & m_t[None, :],
+                      other=0.0)
     b_o = tl.dot(b_qbar, b_h, input_precision=F32_DOT) + tl.dot(b_A, b_v, input_precision=F32_DOT)  # [BT, BV]
     tl.store(o + (rows[:, None] * H + i_h) * V + o_v[None, :], b_o.to(o.dtype.element_ty),
              mask=m_t[:, None] & m_v[None, :])
@@ -370,11 +411,12 @@ def chunk_dh_kernel(q, do, b, dht, cu_seqlens, bounds,  # inputs
 @triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": _prune("BV", "do")})
 @triton.jit
-def chunk_dv_kernel(k, do, b, A, dhs, bounds,  # inputs
+def chunk_dv_kernel(q, k, do, b, A, dhs, bounds,  # inputs
                     dv,  # output [TT, H, V]
-                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                    scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                     BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
-    """(gla.8) dv = Aᵀ do + k̂ dH, with dH the gradient of the state at the chunk's end."""
+    """(gla.8) dv = Aᵀ do + k̂ dH, with dH the gradient of the state at the chunk's end; a direct chunk's
+    A (gla.12) formed here as the o kernel formed it."""
     i_v, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     start, end = _chunk(bounds, i_s)
     if start >= end:
@@ -386,9 +428,14 @@ def chunk_dv_kernel(k, do, b, A, dhs, bounds,  # inputs
     rows = start + o_t
     m_t = rows < end
     b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
-    b_A = tl.load(A + (rows[:, None] * H + i_h) * BT + o_t[None, :], mask=m_t[:, None] & m_t[None, :], other=0.0)
     b_k = _tile(k, rows, m_t, i_h, o_k, m_k, H, K)
     b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+    if _chunk_direct(b, start, end, i_h, H, K, BK):
+        b_A = _chunk_A(_tile(q, rows, m_t, i_h, o_k, m_k, H, K), b_k, b_b, _row(b, start, i_h, o_k, m_k, H, K), m_t,
+                       scale, F32_DOT, BT).to(b_do.dtype)
+    else:
+        b_A = tl.load(A + (rows[:, None] * H + i_h) * BT + o_t[None, :], mask=m_t[:, None] & m_t[None, :],
+                      other=0.0)
     b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)
     b_khat = (b_k * _exp(b_bL[None, :] - b_b)).to(b_do.dtype).to(tl.float32)  # as the forward rounded it
     b_dh = tl.load(dhs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
@@ -412,6 +459,8 @@ def chunk_dqk_intra_kernel(q, k, v, do, b, bounds,  # inputs
     start, end = _chunk(bounds, i_s)
     if start + i_c * BC >= end:
         return
+    if _chunk_direct(b, start, end, i_h, H, K, BK):
+        return  # (gla.12) chunk_dqkg_kernel forms this chunk's dq°, dk° itself
     o_k = tl.arange(0, BK)
     o_v = tl.arange(0, BV)
     m_k, m_v = o_k < K, o_v < V
@@ -496,8 +545,16 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
     b_b = tl.where(m_t[:, None], _tile(b, rows, m_t, i_h, o_k, m_k, H, K), b_bL[None, :])
     p_t = (rows[:, None] * H + i_h) * K + o_k[None, :]
     m_tk = m_t[:, None] & m_k[None, :]
-    b_dq = tl.load(dq_s + p_t, mask=m_tk, other=0.0)
-    b_dk = tl.load(dk_s + p_t, mask=m_tk, other=0.0)
+    if _chunk_direct(b, start, end, i_h, H, K, BK):
+        # (gla.12) dq°, dk° of the whole chunk through its first row: dA strictly below the diagonal
+        b_dA = tl.dot(b_do, tl.trans(b_v), input_precision=F32_DOT)  # [BT, BT] do_r · v_s
+        b_dA = tl.where(o_t[:, None] > o_t[None, :], b_dA, 0.0)
+        e_q, e_k = _chunk_factors(b_b, _row(b, start, i_h, o_k, m_k, H, K), m_t)
+        b_dq = e_q * tl.dot(b_dA, b_k * e_k, input_precision=F32_DOT) * scale
+        b_dk = e_k * tl.dot(tl.trans(b_dA), b_q * e_q, input_precision=F32_DOT) * scale
+    else:
+        b_dq = tl.load(dq_s + p_t, mask=m_tk, other=0.0)
+        b_dk = tl.load(dk_s + p_t, mask=m_tk, other=0.0)
 
     # Σ_{s<t} X_s, X_s = k̂_s ⊙ (dH v_s): the rows shifted down by one, then an inclusive cumsum
     # (no total − suffix difference, whose terms would cancel under strong decay).
