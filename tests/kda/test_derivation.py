@@ -252,6 +252,92 @@ def test_kda_6(C):
         assert_close(S_ref[0, 0], ST)
 
 
+def _own_block_terms(b, q, k, beta, dAqk, dL, n, dtype):
+    """Sub-chunk n … n+15 of one chunk as the kernels form it on (kda.16)'s direct path, in `dtype`:
+    forward rows through row n (earlier and own keys in one product, masked to s ≤ r for Aqk, s < r for
+    L); backward dq°, Y (rows of the sub-chunk, reference n, s < r) and dk°, Z (its keys, reference m,
+    r > s). Returns those and the factors."""
+    m = n + 15
+    rows, o = slice(n, m + 1), np.arange(len(b))
+    r_pos = np.arange(n, m + 1)
+    c = lambda x: np.asarray(x, dtype)  # noqa: E731
+    b = c(b)  # the exponents' differences and exponentials in `dtype`, as the kernels take them
+    e_qn = np.exp(b[rows] - b[n])  # [16, K] ∈ [e^−ρ, 1]
+    e_kn = np.exp(b[n] - b[:m + 1])  # keys s ≤ m: ≤ 1 before n, ∈ [1, e^ρ] inside
+    e_km = np.exp(b[m] - b[rows])  # [16, K] ∈ [e^−ρ, 1]
+    e_qm = np.exp(b[n:] - b[m])  # rows r ≥ n: ∈ [1, e^ρ] inside, ≤ 1 after
+    kn = c(k[:m + 1]) * e_kn
+    Aqk = np.where(o[None, :m + 1] <= r_pos[:, None], SCALE * (c(q[rows]) * e_qn) @ kn.T, 0.0)
+    L = np.where(o[None, :m + 1] < r_pos[:, None], c(beta[rows])[:, None] * ((c(k[rows]) * e_qn) @ kn.T), 0.0)
+    strict_r = o[None, :m + 1] < r_pos[:, None]
+    dq = SCALE * e_qn * (np.where(strict_r, c(dAqk[rows, :m + 1]), 0) @ kn)
+    Y = e_qn * (np.where(strict_r, c(dL[rows, :m + 1]), 0) @ kn)
+    strict_c = o[n:, None] > r_pos[None, :]
+    dk = SCALE * e_km * (np.where(strict_c, c(dAqk[n:, rows]), 0).T @ (c(q[n:]) * e_qm))
+    Z = e_km * (np.where(strict_c, c(dL[n:, rows]), 0).T @ (c(beta[n:])[:, None] * c(k[n:]) * e_qm))
+    return dict(Aqk=Aqk, L=L, dq=dq, Y=Y, dk=dk, Z=Z), (e_qn, e_kn[n:], e_km, e_qm[:16])
+
+
+def _own_block_direct(b, q, k, beta, dAqk, dL, n):
+    """The same quantities from e_rs = exp(b_r − b_s) formed directly, float64 (kda.3, kda.6, kda.11)."""
+    m = n + 15
+    rows = slice(n, m + 1)
+    E = np.exp(b[:, None] - b[None, :])  # [r, s, K], used only where s ≤ r
+    low = np.tril(np.ones((len(b), len(b)), bool))
+    strict = np.tril(low, -1)
+    E = np.where(low[:, :, None], E, 0.0)
+    Aqk = SCALE * np.einsum("rk,sk,rsk->rs", q[rows], k[:m + 1], E[rows, :m + 1])
+    L = beta[rows, None] * np.where(strict[rows, :m + 1], np.einsum("rk,sk,rsk->rs", k[rows], k[:m + 1],
+                                                                    E[rows, :m + 1]), 0.0)
+    dq = SCALE * np.einsum("rs,sk,rsk->rk", np.where(strict, dAqk, 0)[rows], k, E[rows])
+    Y = np.einsum("rs,sk,rsk->rk", np.where(strict, dL, 0)[rows], k, E[rows])
+    dk = SCALE * np.einsum("rs,rk,rsk->sk", np.where(strict, dAqk, 0)[:, rows], q, E[:, rows])
+    Z = np.einsum("rs,r,rk,rsk->sk", np.where(strict, dL, 0)[:, rows], beta, k, E[:, rows])
+    return dict(Aqk=Aqk, L=L, dq=dq, Y=Y, dk=dk, Z=Z)
+
+
+def test_kda_16():
+    """(kda.16) Where a sub-chunk's span ρ_I = max_k (b_n − b_m) is at most ρ = DIRECT_RANGE, its own block
+    joins the products of the earlier sub-chunks: through row n for L, Aqk (forward) and dq°, Y, through
+    row m for dk°, Z (backward), with every factor in [e^−ρ, e^ρ]. In float64 the factored forms equal
+    the direct ones (masks s ≤ r for Aqk, s < r for L and the backward); in float32 each entry is as
+    accurate as float32 rounding of its terms allows. Beyond the bound a factor overflows."""
+    from workbench.chunk_gla.kernels import DIRECT_RANGE
+
+    rng = np.random.default_rng(16)
+    n_rows, Kd = 64, 8
+    q, k = rng.standard_normal((n_rows, Kd)), rng.standard_normal((n_rows, Kd)) / np.sqrt(Kd)
+    beta = rng.uniform(0.1, 1.0, n_rows)
+    dAqk = np.tril(rng.standard_normal((n_rows, n_rows)))
+    dL = np.tril(rng.standard_normal((n_rows, n_rows)), -1)
+    checked = 0
+    for per_step in (0.05, 0.6, 1.3):  # spans of ~0.7, ~9, ~19 over 16 rows
+        g = -per_step * rng.uniform(0.9, 1.0, (n_rows, Kd))
+        b = np.cumsum(g, axis=0).astype(np.float32).astype(np.float64)  # b as the kernels hold it
+        for n in range(16, n_rows, 16):
+            span = float(np.max(b[n] - b[n + 15]))
+            assert span <= DIRECT_RANGE, span
+            direct = _own_block_direct(b, q, k, beta, dAqk, dL, n)
+            exact, _ = _own_block_terms(b, q, k, beta, dAqk, dL, n, np.float64)
+            single, factors = _own_block_terms(b, q, k, beta, dAqk, dL, n, np.float32)
+            lo, hi = np.exp(-DIRECT_RANGE) * (1 - 1e-6), np.exp(DIRECT_RANGE) * (1 + 1e-6)
+            for f in factors:
+                assert f.min() >= lo and f.max() <= hi
+            for name in direct:
+                assert_close(exact[name], direct[name])
+                size = np.max(np.abs(direct[name]))
+                err = np.max(np.abs(single[name] - direct[name])) / size
+                assert err <= 1e-6, (name, per_step, n, err)
+                checked += 1
+    assert checked == 3 * 3 * 6
+    # the reason for the bound: at a span of ~300 (log-decays of −20 per step) exp(b_n − b_s) overflows
+    b = np.cumsum(-20.0 * np.ones((n_rows, Kd)), axis=0)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        single, _ = _own_block_terms(b, q, k, beta, dAqk, dL, 16, np.float32)
+    assert not np.all(np.isfinite(single["Aqk"])) or not np.allclose(
+        single["Aqk"], _own_block_direct(b, q, k, beta, dAqk, dL, 16)["Aqk"], rtol=1e-3, atol=1e-6)
+
+
 # ----------------------------------------------------------------------------- the inverse and its layout
 
 

@@ -170,6 +170,26 @@ def test_pinned_regressions(case):
             np.testing.assert_array_equal(out["final_state"][n], inputs["initial_state"][n])
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=lambda d: jnp.dtype(d).name)
+def test_own_block_product_and_elementwise_path_in_one_call(dtype):
+    """(kda.16) In one chunk of 64, sub-chunks whose log-decays span just under DIRECT_RANGE take their own
+    block in the sub-chunk products, those just over the elementwise path (forward L and Aqk, and the
+    backward); all against the float64 oracle."""
+    from workbench.chunk_gla.kernels import DIRECT_RANGE
+
+    T, K = 64, 16
+    inputs = kda_inputs(41, 1, T, 1, K, 16, dtype=dtype, key_scale=1.0)
+    # per-step log-decays: rows 0-15 span ~0.9 ρ, rows 16-31 ~1.1 ρ, rows 32-47 ~0.3 ρ, rows 48-63 ~3 ρ
+    per_step = np.repeat(np.array([0.9, 1.1, 0.3, 3.0]) * DIRECT_RANGE / 15, 16)
+    g = -(per_step[:, None] * np.random.default_rng(42).uniform(0.9, 1.0, (T, K)))
+    inputs["g"] = jnp.asarray(g[None, :, None, :], dtype)
+    b = np.cumsum(np.asarray(inputs["g"], np.float64)[0, :, 0], axis=0)
+    spans = [float(np.max(b[i] - b[i + 15])) for i in range(0, T, 16)]
+    assert spans[0] < DIRECT_RANGE < spans[1] and spans[2] < DIRECT_RANGE < spans[3], spans
+    kernel = check_against_oracle(inputs, 43, chunk_size=64)
+    assert all(bool(jnp.all(jnp.isfinite(x.astype(jnp.float32)))) for x in kernel.values())
+
+
 # ----------------------------------------------------------------------------- laws
 
 

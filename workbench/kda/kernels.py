@@ -34,7 +34,7 @@ float32; A's inversion is always full float32.
 import triton
 import triton.language as tl
 
-from ..chunk_gla.kernels import (BC, _chunk, _configs, _diagonal_ratio, _exp, _intra_tiles, _prune, _row,
+from ..chunk_gla.kernels import (BC, RHO, _chunk, _configs, _diagonal_ratio, _exp, _intra_tiles, _prune, _row,
                                  _sweep_prologue, _tile, chunk_cumsum_kernel)
 from ..launch import given
 from ..tl_helpers import sequence_bounds
@@ -104,7 +104,8 @@ def chunk_kda_intra_kernel(q, k, b, beta, bounds,  # inputs
                            A, Aqk,  # outputs [TT, H, BT] float32
                            scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                            BK: tl.constexpr, F32_DOT: tl.constexpr):
-    """(kda.3, kda.6) L and Aqk sub-chunk by sub-chunk, then (kda.5) A = (I + L)⁻¹ in place."""
+    """(kda.3, kda.6) L and Aqk sub-chunk by sub-chunk (the own block in the same product where its
+    log-decays span at most RHO, kda.16, else elementwise), then (kda.5) A = (I + L)⁻¹ in place."""
     i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
     start, end = _chunk(bounds, i_s)
     if start >= end:
@@ -116,36 +117,45 @@ def chunk_kda_intra_kernel(q, k, b, beta, bounds,  # inputs
     m_t = rows < end
     o_c = tl.arange(0, BC)
     for i_sub in tl.static_range(BT // BC):
-        rows_i, m_i, b_qi, b_ki, b_bi, b_k, b_b, b_bn, _ = _intra_tiles(q, k, b, i_sub, start, end, i_h, o_k, m_k,
-                                                                        H, K, BT)
+        rows_i, m_i, b_qi, b_ki, b_bi, b_k, b_b, b_bn, b_bm = _intra_tiles(q, k, b, i_sub, start, end, i_h, o_k, m_k,
+                                                                           H, K, BT)
         b_betai = tl.load(beta + rows_i * H + i_h, mask=m_i, other=0.0).to(tl.float32)  # [BC]
-        # earlier sub-chunks through the reference row n (the sub-chunk's first): both factors ≤ 1
-        earlier = o_t < i_sub * BC
-        b_kn = tl.where(earlier[:, None], b_k * _exp(tl.where(earlier[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
+        # earlier sub-chunks through the reference row n (the sub-chunk's first): both factors ≤ 1;
+        # (kda.16) where the sub-chunk's log-decays span at most RHO (b_n − b_m in every key column), its
+        # own keys join the same product (exp(b_n − b_s) ≤ exp(RHO)), masked to s ≤ r (Aqk), s < r (L)
+        own0 = i_sub * BC
+        direct = tl.max(b_bn - b_bm, axis=0) <= RHO
+        keys = o_t < tl.where(direct, own0 + BC, own0)
+        b_kn = tl.where(keys[:, None], b_k * _exp(tl.where(keys[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
         b_en = _exp(b_bi - b_bn[None, :])  # [BC, BK]
         b_Aqk = tl.dot(b_qi * b_en, tl.trans(b_kn), input_precision=F32_DOT) * scale  # [BC, BT]
         b_L = tl.dot(b_ki * b_en, tl.trans(b_kn), input_precision=F32_DOT) * b_betai[:, None]
-        # the sub-chunk's own block, elementwise, 16 keys at a time
-        b_Aqk_own = tl.zeros([BC, BC], tl.float32)
-        b_L_own = tl.zeros([BC, BC], tl.float32)
-        for i_kk in tl.static_range(BK // 16):
-            o_kk = i_kk * 16 + tl.arange(0, 16)
-            m_kk = o_kk < K
-            b_bs = tl.where(m_i[:, None], _tile(b, rows_i, m_i, i_h, o_kk, m_kk, H, K),
-                            _row(b, end - 1, i_h, o_kk, m_kk, H, K)[None, :])
-            b_ratio = _diagonal_ratio(b_bs, False)  # [BC, BC, 16] exp(b_r − b_s), s ≤ r
-            b_ks = _tile(k, rows_i, m_i, i_h, o_kk, m_kk, H, K)
-            b_qs = _tile(q, rows_i, m_i, i_h, o_kk, m_kk, H, K)
-            b_Aqk_own += tl.sum(b_qs[:, None, :] * b_ks[None, :, :] * b_ratio, axis=2)
-            b_L_own += tl.sum(b_ks[:, None, :] * b_ks[None, :, :] * b_ratio, axis=2)
-        b_Aqk_own *= scale
-        b_L_own = tl.where(o_c[:, None] > o_c[None, :], b_L_own * b_betai[:, None], 0.0)
-        own = (o_t >= i_sub * BC) & (o_t < i_sub * BC + BC)
+        o_r = own0 + o_c  # the rows' positions in the chunk
+        b_Aqk = tl.where(o_t[None, :] <= o_r[:, None], b_Aqk, 0.0)
+        b_L = tl.where(o_t[None, :] < o_r[:, None], b_L, 0.0)
+        # every column, but the own block only when direct (otherwise it is written below)
+        kept = m_i[:, None] & ((o_t < own0) | (o_t >= tl.where(direct, own0, own0 + BC)))[None, :]
         p_i = (rows_i[:, None] * H + i_h) * BT
-        tl.store(Aqk + p_i + o_t[None, :], b_Aqk, mask=m_i[:, None] & ~own[None, :])
-        tl.store(Aqk + p_i + i_sub * BC + o_c[None, :], b_Aqk_own, mask=m_i[:, None])
-        tl.store(A + p_i + o_t[None, :], b_L, mask=m_i[:, None] & ~own[None, :])
-        tl.store(A + p_i + i_sub * BC + o_c[None, :], b_L_own, mask=m_i[:, None])
+        tl.store(Aqk + p_i + o_t[None, :], b_Aqk, mask=kept)
+        tl.store(A + p_i + o_t[None, :], b_L, mask=kept)
+        if not direct:
+            # the sub-chunk's own block, elementwise, 16 keys at a time (every kept exponent ≤ 0)
+            b_Aqk_own = tl.zeros([BC, BC], tl.float32)
+            b_L_own = tl.zeros([BC, BC], tl.float32)
+            for i_kk in tl.static_range(BK // 16):
+                o_kk = i_kk * 16 + tl.arange(0, 16)
+                m_kk = o_kk < K
+                b_bs = tl.where(m_i[:, None], _tile(b, rows_i, m_i, i_h, o_kk, m_kk, H, K),
+                                _row(b, end - 1, i_h, o_kk, m_kk, H, K)[None, :])
+                b_ratio = _diagonal_ratio(b_bs, False)  # [BC, BC, 16] exp(b_r − b_s), s ≤ r
+                b_ks = _tile(k, rows_i, m_i, i_h, o_kk, m_kk, H, K)
+                b_qs = _tile(q, rows_i, m_i, i_h, o_kk, m_kk, H, K)
+                b_Aqk_own += tl.sum(b_qs[:, None, :] * b_ks[None, :, :] * b_ratio, axis=2)
+                b_L_own += tl.sum(b_ks[:, None, :] * b_ks[None, :, :] * b_ratio, axis=2)
+            b_Aqk_own *= scale
+            b_L_own = tl.where(o_c[:, None] > o_c[None, :], b_L_own * b_betai[:, None], 0.0)
+            tl.store(Aqk + p_i + own0 + o_c[None, :], b_Aqk_own, mask=m_i[:, None])
+            tl.store(A + p_i + own0 + o_c[None, :], b_L_own, mask=m_i[:, None])
     tl.debug_barrier()  # L is read back below by other threads of this program
 
     # (kda.5) block row i of A: D_i (E_i − L_{i,<i} A_{<i,:}), D_i = (I + L_ii)⁻¹, rows of blocks in order
@@ -564,7 +574,8 @@ def chunk_kda_bwd_intra_kernel(q, k, b, beta, dAqk, dL, dq_in, dk_in, dg_in, dbe
 
     added to the inputs' dq, dk (with the diagonal of Aqk and β_r Y_r), dβ_r += k_r · Y_r, and
     dg += Σ_{r≥t} P_r, P = q ⊙ dq° − k ⊙ dk° + k ⊙ β Y − k ⊙ Z (no diagonal term). Sub-chunks are
-    visited last first, carrying Σ P of the later ones; ratios as in the forward (both factors ≤ 1)."""
+    visited last first, carrying Σ P of the later ones; ratios as in the forward (both factors ≤ 1, or
+    within e^±RHO where a sub-chunk's own block joins the products, kda.16)."""
     i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
     start, end = _chunk(bounds, i_s)
     if start >= end:
@@ -590,36 +601,45 @@ def chunk_kda_bwd_intra_kernel(q, k, b, beta, dAqk, dL, dq_in, dk_in, dg_in, dbe
             p_own = (rows_i[:, None] * H + i_h) * BT + i_sub * BC + o_c[None, :]  # its own block [BC, BC]
             m_rows = m_i[:, None] & m_t[None, :]
             m_cols = m_t[:, None] & m_i[None, :]
-            # rows of this sub-chunk against earlier keys, through its first row n
-            earlier = o_t < i_sub * BC
-            b_kn = tl.where(earlier[:, None], b_k * _exp(tl.where(earlier[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
+            # rows of this sub-chunk against earlier keys, through its first row n; (kda.16) with a span of
+            # at most RHO in this block's key columns, its own keys s < r too (exp(b_n − b_s) ≤ exp(RHO))
+            own0 = i_sub * BC
+            o_r = own0 + o_c  # the sub-chunk's positions in the chunk
+            direct = tl.max(b_bn - b_bm, axis=0) <= RHO
+            keys = o_t < tl.where(direct, own0 + BC, own0)
+            b_kn = tl.where(keys[:, None], b_k * _exp(tl.where(keys[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
             b_en = _exp(b_bi - b_bn[None, :])
-            b_dAqk_r = tl.where(earlier[None, :], tl.load(dAqk + p_rows, mask=m_rows, other=0.0), 0.0)
-            b_dL_r = tl.where(earlier[None, :], tl.load(dL + p_rows, mask=m_rows, other=0.0), 0.0)
+            b_dAqk_r = tl.load(dAqk + p_rows, mask=m_rows, other=0.0)  # [BC, BT]
+            b_diag = tl.sum(tl.where(o_t[None, :] == o_r[:, None], b_dAqk_r, 0.0), axis=1)  # [BC] dAqk[r, r]
+            strict_rows = o_t[None, :] < o_r[:, None]  # s < r
+            b_dAqk_r = tl.where(strict_rows, b_dAqk_r, 0.0)
+            b_dL_r = tl.where(strict_rows, tl.load(dL + p_rows, mask=m_rows, other=0.0), 0.0)
             b_dqs = b_en * tl.dot(b_dAqk_r, b_kn, input_precision=F32_DOT) * scale  # [BC, BK]
             b_Y = b_en * tl.dot(b_dL_r, b_kn, input_precision=F32_DOT)
-            # keys of this sub-chunk against later rows, through its last row m
-            later = o_t >= i_sub * BC + BC
-            b_xm = tl.where(later[:, None], _exp(tl.where(later[:, None], b_b - b_bm[None, :], 0.0)), 0.0)
+            # keys of this sub-chunk against later rows, through its last row m; (kda.16) its own rows r > s
+            # too (exp(b_r − b_m) ≤ exp(RHO))
+            queries = o_t >= tl.where(direct, own0, own0 + BC)
+            b_xm = tl.where(queries[:, None], _exp(tl.where(queries[:, None], b_b - b_bm[None, :], 0.0)), 0.0)
             b_em = _exp(b_bm[None, :] - b_bi)
-            b_dAqk_c = tl.where(later[:, None], tl.load(dAqk + p_cols, mask=m_cols, other=0.0), 0.0)
-            b_dL_c = tl.where(later[:, None], tl.load(dL + p_cols, mask=m_cols, other=0.0), 0.0)
+            strict_cols = o_t[:, None] > o_r[None, :]  # r > s
+            b_dAqk_c = tl.where(strict_cols, tl.load(dAqk + p_cols, mask=m_cols, other=0.0), 0.0)
+            b_dL_c = tl.where(strict_cols, tl.load(dL + p_cols, mask=m_cols, other=0.0), 0.0)
             b_dks = b_em * tl.dot(tl.trans(b_dAqk_c), b_q * b_xm, input_precision=F32_DOT) * scale
             b_Z = b_em * tl.dot(tl.trans(b_dL_c), b_k * b_beta[:, None] * b_xm, input_precision=F32_DOT)
-            # the own block, strictly below its diagonal
-            b_dAqk_o = tl.load(dAqk + p_own, mask=m_i[:, None] & m_i[None, :], other=0.0)
-            b_dL_o = tl.load(dL + p_own, mask=m_i[:, None] & m_i[None, :], other=0.0)
-            b_ratio = _diagonal_ratio(b_bi, True)  # [BC, BC, BK]
-            b_rq = b_ratio * b_dAqk_o[:, :, None]
-            b_rl = b_ratio * b_dL_o[:, :, None]
-            b_dqs += scale * tl.sum(b_rq * b_ki[None, :, :], axis=1)
-            b_dks += scale * tl.sum(b_rq * b_qi[:, None, :], axis=0)
-            b_Y += tl.sum(b_rl * b_ki[None, :, :], axis=1)
-            b_Z += tl.sum(b_rl * (b_ki * b_betai[:, None])[:, None, :], axis=0)
+            if not direct:
+                # the own block, strictly below its diagonal, elementwise (every kept exponent ≤ 0)
+                b_dAqk_o = tl.load(dAqk + p_own, mask=m_i[:, None] & m_i[None, :], other=0.0)
+                b_dL_o = tl.load(dL + p_own, mask=m_i[:, None] & m_i[None, :], other=0.0)
+                b_ratio = _diagonal_ratio(b_bi, True)  # [BC, BC, BK]
+                b_rq = b_ratio * b_dAqk_o[:, :, None]
+                b_rl = b_ratio * b_dL_o[:, :, None]
+                b_dqs += scale * tl.sum(b_rq * b_ki[None, :, :], axis=1)
+                b_dks += scale * tl.sum(b_rq * b_qi[:, None, :], axis=0)
+                b_Y += tl.sum(b_rl * b_ki[None, :, :], axis=1)
+                b_Z += tl.sum(b_rl * (b_ki * b_betai[:, None])[:, None, :], axis=0)
             # (kda.13) P, every diagonal term left out
             b_dkrow = b_Y * b_betai[:, None]
             b_p = b_qi * b_dqs - b_ki * b_dks + b_ki * b_dkrow - b_ki * b_Z
-            b_diag = tl.sum(tl.where(o_c[:, None] == o_c[None, :], b_dAqk_o, 0.0), axis=1)  # [BC] dAqk[r, r]
             p_i = (rows_i[:, None] * H + i_h) * K + o_k[None, :]
             m_ik = m_i[:, None] & m_k[None, :]
             b_dq = tl.load(dq_in + p_i, mask=m_ik, other=0.0) + b_dqs + scale * b_diag[:, None] * b_ki
@@ -632,8 +652,7 @@ def chunk_kda_bwd_intra_kernel(q, k, b, beta, dAqk, dL, dq_in, dk_in, dg_in, dbe
             tl.store(dg + p_i, b_dg, mask=m_ik)
             # (kda.12) dβ_r += k_r · Y_r, placed at this sub-chunk's rows of the chunk
             b_dbi = tl.sum(b_ki * b_Y, axis=1)  # [BC]
-            o_own = o_c + i_sub * BC
-            b_dbeta += tl.sum(tl.where(o_t[None, :] == o_own[:, None], b_dbi[:, None], 0.0), axis=0)
+            b_dbeta += tl.sum(tl.where(o_t[None, :] == o_r[:, None], b_dbi[:, None], 0.0), axis=0)
     tl.store(dbeta + rows * H + i_h, b_dbeta, mask=m_t)
 
 
