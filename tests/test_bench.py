@@ -15,7 +15,7 @@ from workbench import bench, cli, launch
 
 RECORD_KEYS = {"op", "harness", "command", "interpreted", "date", "device", "versions", "git", "shape_set",
                "shapes", "tokens", "dtype", "iters", "warmup", "implementations", "peers", "limits", "error_sources",
-               "skipped", "results"}
+               "skipped", "results", "errors_from", "complete"}
 RESULT_KEYS = {"shape", "implementation", "kind", "pass", "ms", "bytes", "gb_per_s", "fraction_of_peak",
                "ratio_to_best_peer", "error_source", "errors", "status"}
 
@@ -225,6 +225,47 @@ def test_past_max_T_the_reference_is_skipped_and_errors_come_from_the_error_sour
         assert all(e["rms_rel"] == 0.0 for e in xla["errors"].values())
         assert triton["status"] == "WRONG" and triton["ratio_to_best_peer"] is None  # the +0.5 is caught by XLA
     assert "errors against jax.nn.dot_product_attention[xla]" in bench.table(record)
+
+
+def test_errors_from_peers_measures_against_the_peer_and_times_no_reference(triton_off_by_half, no_ejkernel):
+    record = bench.run("flash_attention", "tiny", iters=1, peers=True, implementations=["triton"],
+                       errors_from="peers")
+    assert record["errors_from"] == "peers" and record["complete"] is True
+    rows = {(r["implementation"], r["pass"]): r for r in record["results"]}
+    assert "reference" not in {i for i, _ in rows}
+    for p in ("forward", "forward_backward"):
+        triton = rows[("triton", p)]
+        assert triton["error_source"] == "jax.nn.dot_product_attention[xla]"  # the first error source measured
+        assert triton["status"] == "WRONG"  # the +0.5 is caught without the reference
+    default = bench.run("flash_attention", "tiny", iters=1, peers=True, implementations=["triton"])
+    assert {r["error_source"] for r in default["results"]} == {"reference"}
+
+
+def test_a_run_cut_short_leaves_a_partial_record(tmp_path, monkeypatch, no_fla, no_ejkernel):
+    """The kernel's rows are written as soon as they are timed; the reference (timed last) then fails
+    the way a time limit would cut it, and what was measured stays on disk, marked incomplete."""
+    real = bench.jax_calls
+
+    def failing_reference(op, implementation, *args, **kwargs):
+        calls = real(op, implementation, *args, **kwargs)
+        if implementation == "reference" and args[1]:  # the timed reference (built with cotangents)
+            return dataclasses.replace(calls, forward=lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
+        return calls
+
+    monkeypatch.setattr(bench, "jax_calls", failing_reference)
+    with pytest.raises(KeyboardInterrupt):
+        _bench(tmp_path)
+    assert _records(tmp_path) == []
+    (partial,) = tmp_path.glob("recurrent-*.json.partial")
+    record = json.loads(partial.read_text())
+    assert record["complete"] is False
+    assert {r["implementation"] for r in record["results"]} == {"triton"}
+
+    monkeypatch.setattr(bench, "jax_calls", real)
+    assert _bench(tmp_path) == 0
+    (done,) = _records(tmp_path)
+    assert json.loads(done.read_text())["complete"] is True
+    assert sorted(p.name for p in tmp_path.glob("*.partial")) == [partial.name]  # only the cut run's
 
 
 def test_T_filter_refuses_lengths_the_set_does_not_have():

@@ -674,10 +674,16 @@ def _out_of_memory(exc: BaseException) -> bool:
 
 def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 20, reps: int = 1,
         implementations: Sequence[str] = IMPLEMENTATIONS, peers: bool = False, command: str = "",
-        shapes: Sequence[Mapping[str, int]] | None = None, tokens: Sequence[int] | None = None) -> dict[str, Any]:
+        shapes: Sequence[Mapping[str, int]] | None = None, tokens: Sequence[int] | None = None,
+        errors_from: str = "reference", progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Time `op_name` over a shape set (or explicit `shapes`) and return the record (not written).
 
     tokens: only the shapes with these sequence lengths T (a long sweep in parts; recorded).
+    errors_from: "reference" (the JAX reference's outputs, computed even when it is not timed) or
+      "peers" (the op's `error_sources` measured in the same run; the reference is then not run at
+      all unless timed: at large shapes its XLA compile can take minutes).
+    progress: called with the record so far ("complete": False) after every timed contender, so a run
+      cut short by a time limit still leaves what it measured (`workbench bench` writes it).
     """
     if op_name not in OPS:
         raise ValueError(f"--op: unknown op {op_name!r}; known: {', '.join(OPS)}")
@@ -700,6 +706,8 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
         raise ValueError(f"--iters: must be ≥ 1, got {iters}")
     if reps < 1:
         raise ValueError(f"--reps: must be ≥ 1, got {reps}")
+    if errors_from not in ("reference", "peers"):
+        raise ValueError(f"--errors-from: expected reference or peers, got {errors_from!r}")
     if launch.INTERPRET and shape_set not in op.cpu_shape_sets:
         raise Refused(f"no CUDA GPU: Triton runs in its interpreter here, where shape set {shape_set!r} of "
                       f"{op_name} would take hours and time nothing; use --shapes "
@@ -738,6 +746,20 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
         skipped.append({"shape": dict(shape), "implementation": name, "reason": reason})
         _say(f"[{time.perf_counter() - t_start:7.1f} s] {op_name} {label} {name}: skipped ({reason})")
 
+    def record(rows, complete: bool) -> dict[str, Any]:
+        return {
+            "op": op_name, "harness": "workbench.bench", "command": command, "interpreted": launch.INTERPRET,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "device": device,
+            "versions": versions(sorted(set(used_modules))), "git": git_state(),
+            "shape_set": shape_set, "shapes": [dict(s) for s in shapes],
+            "tokens": None if tokens is None else list(tokens),
+            "dtype": op.dtype, "iters": iters, "reps": reps,
+            "warmup": warmup, "implementations": list(implementations), "wrong_rms_rel": bound,
+            "peers": peer_status, "limits": {n: {"max_T": t, "why": why} for n, (t, why) in op.max_T.items()},
+            "error_sources": list(op.error_sources), "errors_from": errors_from, "skipped": skipped,
+            **op.notes, "results": rows, "seconds": time.perf_counter() - t_start, "complete": complete,
+        }
+
     for i, shape in enumerate(shapes):
         label = " ".join(f"{n}={s}" for n, s in shape.items())
         inputs = op.inputs(shape, dtype, i)
@@ -749,17 +771,21 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
         flops = op.flops(shape) if op.flops is not None else (None, None)
         n_out = len(op.outputs)
 
-        contenders: list[tuple[str, str, Callable[[], PeerCalls]]] = [
-            (impl, "kernel", lambda impl=impl: reference if impl == "reference"
-             else jax_calls(op, impl, inputs, cotangents)) for impl in implementations]
+        # the kernel, then the peers (the ratios need both), then its variants, the reference last: a run
+        # cut short keeps the figures that matter most
+        contenders: list[tuple[str, str, Callable[[], PeerCalls]]] = []
+        if "triton" in implementations:
+            contenders.append(("triton", "kernel", lambda: jax_calls(op, "triton", inputs, cotangents)))
+        contenders += [(p.name, "peer", lambda p=p: p.setup(inputs, cotangents)) for p in active_peers]
         if "triton" in implementations:
             contenders += [(f"triton[{v}]", "kernel", lambda opts=opts: jax_calls(op, "triton", inputs, cotangents,
                                                                                   **opts))
                            for v, opts in op.variants.items()]
-        contenders += [(p.name, "peer", lambda p=p: p.setup(inputs, cotangents)) for p in active_peers]
+        if "reference" in implementations:
+            contenders.append(("reference", "kernel", lambda: reference))
         outputs_of: dict[str, dict[str, list[np.ndarray]]] = {}  # name → pass → outputs and gradients
         reference_skip = op.skip_reason("reference", shape)
-        if "reference" not in implementations:  # the errors still need it, where it runs
+        if "reference" not in implementations and errors_from == "reference":  # the errors still need it
             if reference_skip is None:
                 try:
                     fb = reference.to_numpy(reference.forward_backward())
@@ -800,48 +826,65 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
                 peer_status.append({"peer": name, "status": "measured"})
             _say(f"[{time.perf_counter() - t_start:7.1f} s] {op_name} {label} {name}: "
                  f"forward {fwd_ms['median']:.3f} ms, forward+backward {fb_ms['median']:.3f} ms")
+            if progress is not None:
+                rows_so_far = results + _finish(shape_rows, outputs_of, errors_from, op, bound, device)
+                progress(record(rows_so_far, complete=False))
 
-        source = next((n for n in ("reference", *op.error_sources) if n in outputs_of), None)
-        for row in shape_rows:
-            got = row.pop("_got")
-            row["error_source"] = source
-            if source is None:
-                row["errors"], row["status"] = {}, "unchecked"
-            else:
-                row["errors"] = _errors(op.names[:len(got)], got, outputs_of[source][row["pass"]])
-                worst = max((e["rms_rel"] for e in row["errors"].values()), default=0.0)
-                row["status"] = "WRONG" if not worst <= bound else "ok"  # NaN is WRONG too
-            seconds = row["ms"]["median"] / 1e3
-            row["gb_per_s"] = row["bytes"] / seconds / 1e9
-            row["tflops_per_s"] = row["flops"] / seconds / 1e12 if row["flops"] else None
-            peak = device["peak_bytes_per_s"]
-            row["fraction_of_peak"] = row["bytes"] / seconds / peak if peak else None
-        for pass_ in ("forward", "forward_backward"):
-            rows = [r for r in shape_rows if r["pass"] == pass_]
-            best = min((r["ms"]["median"] for r in rows if r["kind"] == "peer" and r["status"] == "ok"), default=None)
-            for r in rows:
-                r["ratio_to_best_peer"] = (r["ms"]["median"] / best if best and r["status"] == "ok" else None)
-        results += shape_rows
+        results += _finish(shape_rows, outputs_of, errors_from, op, bound, device)
 
-    return {
-        "op": op_name, "harness": "workbench.bench", "command": command, "interpreted": launch.INTERPRET,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "device": device,
-        "versions": versions(sorted(set(used_modules))), "git": git_state(),
-        "shape_set": shape_set, "shapes": [dict(s) for s in shapes], "tokens": None if tokens is None else list(tokens),
-        "dtype": op.dtype, "iters": iters, "reps": reps,
-        "warmup": warmup, "implementations": list(implementations), "wrong_rms_rel": bound,
-        "peers": peer_status, "limits": {n: {"max_T": t, "why": why} for n, (t, why) in op.max_T.items()},
-        "error_sources": list(op.error_sources), "skipped": skipped,
-        **op.notes, "results": results, "seconds": time.perf_counter() - t_start,
-    }
+    return record(results, complete=True)
+
+
+def _finish(shape_rows, outputs_of, errors_from, op, bound, device):
+    """The rows of one shape with errors, status, rates and ratios (copies; `shape_rows` kept)."""
+    sources = op.error_sources if errors_from == "peers" else ("reference", *op.error_sources)
+    source = next((n for n in sources if n in outputs_of), None)
+    done = []
+    for row in shape_rows:
+        row = dict(row)
+        got = row.pop("_got")
+        row["error_source"] = source
+        if source is None:
+            row["errors"], row["status"] = {}, "unchecked"
+        else:
+            row["errors"] = _errors(op.names[:len(got)], got, outputs_of[source][row["pass"]])
+            worst = max((e["rms_rel"] for e in row["errors"].values()), default=0.0)
+            row["status"] = "WRONG" if not worst <= bound else "ok"  # NaN is WRONG too
+        seconds = row["ms"]["median"] / 1e3
+        row["gb_per_s"] = row["bytes"] / seconds / 1e9
+        row["tflops_per_s"] = row["flops"] / seconds / 1e12 if row["flops"] else None
+        peak = device["peak_bytes_per_s"]
+        row["fraction_of_peak"] = row["bytes"] / seconds / peak if peak else None
+        done.append(row)
+    for pass_ in ("forward", "forward_backward"):
+        rows = [r for r in done if r["pass"] == pass_]
+        best = min((r["ms"]["median"] for r in rows if r["kind"] == "peer" and r["status"] == "ok"), default=None)
+        for r in rows:
+            r["ratio_to_best_peer"] = (r["ms"]["median"] / best if best and r["status"] == "ok" else None)
+    return done
 
 
 # ----------------------------------------------------------------------------- output
 
 
+def stamp_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def write_partial(record: Mapping[str, Any], out: Path, stamp: str) -> Path:
+    """The record so far of a run still going, as `<out>/<op>-<stamp>.json.partial` (rewritten as the run
+    goes, removed by `write` when it ends; a run killed by a time limit leaves it behind)."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{record['op']}-{stamp}.json.partial"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2, default=_json_default) + "\n")
+    tmp.replace(path)
+    return path
+
+
 def write(record: Mapping[str, Any], out: Path = DEFAULT_OUT, stamp: str | None = None) -> Path:
     """Write `record` to a new `<out>/<op>-<UTC timestamp>.json`; refuse if that file exists."""
-    stamp = stamp or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = stamp or stamp_now()
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{record['op']}-{stamp}.json"
     try:
@@ -850,6 +893,7 @@ def write(record: Mapping[str, Any], out: Path = DEFAULT_OUT, stamp: str | None 
             fh.write("\n")
     except FileExistsError:
         raise Refused(f"{path} exists; bench records are never overwritten") from None
+    (out / f"{record['op']}-{stamp}.json.partial").unlink(missing_ok=True)
     return path
 
 

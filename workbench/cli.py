@@ -77,6 +77,10 @@ def _bench_parser(subparsers) -> None:
                         "every call pays the launch and sync latency)")
     p.add_argument("--out", type=Path, default=bench.DEFAULT_OUT, metavar="DIR",
                    help=f"record directory (default {bench.DEFAULT_OUT})")
+    p.add_argument("--errors-from", choices=("reference", "peers"), default="reference",
+                   help="what the errors are measured against: the JAX reference (run even when not timed; "
+                        "default) or the op's peers measured in the same run (the reference is then not run "
+                        "unless timed: its compile at large shapes can take minutes)")
     p.add_argument("--implementations", default=",".join(bench.IMPLEMENTATIONS), metavar="LIST",
                    help=f"comma list of {', '.join(bench.IMPLEMENTATIONS)} (default both)")
     p.add_argument("--T", type=_int_list, metavar="LIST",
@@ -92,9 +96,12 @@ def _bench(args: argparse.Namespace, command: str) -> int:
         if ring:
             record = bench_ring.run(args.shapes, iters=args.iters, reps=args.reps, command=command)
         else:
+            stamp = bench.stamp_now()
             record = bench.run(args.op, args.shapes, iters=args.iters, reps=args.reps,
-                               implementations=implementations, peers=args.peers, command=command, tokens=args.T)
-        path = bench.write(record, args.out)
+                               implementations=implementations, peers=args.peers, command=command, tokens=args.T,
+                               errors_from=args.errors_from,
+                               progress=lambda partial: bench.write_partial(partial, args.out, stamp))
+        path = bench.write(record, args.out, None if ring else stamp)
     except bench.Refused as exc:
         print(f"workbench bench: refused: {exc}", file=sys.stderr)
         return 2
