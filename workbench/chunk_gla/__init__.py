@@ -134,8 +134,8 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     ht, hs = triton_call(
         k, v, b, h0, cu, bounds, kernel=kernels.chunk_h_kernel,
         out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32)],
-        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), name="workbench_chunk_gla_h",
-        V=V, F32_DOT=_f32_dot(q), **common)
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H, triton.cdiv(K, meta["BK"])),
+        name="workbench_chunk_gla_h", H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
     A = triton_call(
         q, k, b, bounds, kernel=kernels.chunk_a_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, BT), v.dtype),
         grid=(BT // kernels.SUB_CHUNK, NS, H), name="workbench_chunk_gla_a", scale=static.scale, F32_DOT=_f32_dot(q),
@@ -160,8 +160,8 @@ def _backward(q, k, v, b, hs, A, cu, do, dht, static: _Static):
     dh0, dhs = triton_call(
         q, do, b, dht, cu, bounds, kernel=kernels.chunk_dh_kernel,
         out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32)],
-        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), name="workbench_chunk_gla_dh",
-        scale=static.scale, BK=BK, **common)
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H, triton.cdiv(K, meta["BK"])),
+        name="workbench_chunk_gla_dh", scale=static.scale, **common)
     dv = triton_call(
         q, k, do, b, A, dhs, bounds, kernel=kernels.chunk_dv_kernel,
         out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype), grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H),

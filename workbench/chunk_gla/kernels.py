@@ -7,13 +7,13 @@ arrives as one array `gk` (the glue folds g into it, NOTES.md (gla.1)).
 
 forward
 * `chunk_cumsum_kernel`  (slot, head): chunk-local prefix sums b of the log-decay (gla.3), float32.
-* `chunk_h_kernel`       (V block, sequence·head): the state at every chunk boundary, one sweep (gla.4).
+* `chunk_h_kernel`       (V block, sequence·head, K block): the state at every chunk boundary, one sweep (gla.4).
 * `chunk_a_kernel`       (sub-chunk, slot, head): the rows of A of one sub-chunk of 16 rows, with decay
                          ratios that are never exp of a positive number (gla.5, gla.6); kept for the
                          backward.
 * `chunk_o_kernel`       (V block, slot, head): o = q̄ h + A v (gla.5), whole-chunk products.
 backward
-* `chunk_dh_kernel`      (V block, sequence·head): dH at every chunk end, one reverse sweep (gla.7).
+* `chunk_dh_kernel`      (V block, sequence·head, K block): dH at every chunk end, one reverse sweep (gla.7).
 * `chunk_dv_kernel`      (V block, slot, head): dv (gla.8).
 * `chunk_dqk_intra_kernel` (sub-chunk, slot, head): the strict intra-chunk parts dq°, dk° of (gla.9).
 * `chunk_dqkg_kernel`    (K block, slot, head): dq, dk (gla.9) and the log-decay gradient (gla.10).
@@ -132,16 +132,44 @@ def _sweep_prologue(cu_seqlens, H: tl.constexpr, K: tl.constexpr, V: tl.constexp
     return i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state
 
 
-@triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
-                 prune_configs_by={"early_config_prune": _prune("BV", "v")})
+def _sweep_configs():
+    """(BK, BV, warps) of the state sweeps: the state's key rows are independent in (gla.4) and (gla.7),
+    so a key block is a grid axis, and smaller blocks give more programs for the sequential sweep."""
+    return [triton.Config({"BK": bk, "BV": bv}, num_warps=w, num_stages=2)
+            for bk, bv, w in ((64, 32, 4), (64, 64, 8), (32, 32, 4), (32, 64, 4))]
+
+
+def _prune_sweep(dim: str):
+    def prune(configs, named_args, **_):
+        K = max(16, triton.next_power_of_2(named_args["k" if "k" in named_args else "q"].shape[-1]))
+        V = max(16, triton.next_power_of_2(named_args[dim].shape[-1]))
+        kept = [c for c in configs if c.kwargs["BK"] <= K and c.kwargs["BV"] <= V]
+        return kept or [min(configs, key=lambda c: c.kwargs["BK"] * c.kwargs["BV"])]
+    return prune
+
+
+@triton.jit
+def _key_block_sweep_prologue(cu_seqlens, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                              BK: tl.constexpr, BV: tl.constexpr):
+    """`_sweep_prologue` for a [BK, BV] block of the state at key block program_id(2)."""
+    i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state = _sweep_prologue(cu_seqlens, H, K, V, BT,
+                                                                                        BK, BV)
+    o_k = tl.program_id(2) * BK + o_k
+    m_k = o_k < K
+    return (i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_k[:, None] & m_v[None, :],
+            o_k[:, None] * V + o_v[None, :])
+
+
+@triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": _prune_sweep("v")})
 @triton.jit
 def chunk_h_kernel(k, v, b, h0, cu_seqlens, bounds,  # inputs
                    ht, hs,  # outputs: final states [N, H, K, V]; states at chunk starts [NS, H, K, V]
                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
     """(gla.4) h ← exp(b_L) ⊙ h + k̂ᵀ v over the chunks of one sequence, k̂ = k ⊙ exp(b_L − b)."""
-    i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state = _sweep_prologue(cu_seqlens, H, K, V, BT,
-                                                                                        BK, BV)
+    i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state = _key_block_sweep_prologue(
+        cu_seqlens, H, K, V, BT, BK, BV)
     b_h = tl.load(h0 + i_nh * K * V + p_state, mask=m_h, other=0.0)  # [BK, BV]
     for c in range(0, n_chunks):
         i_s = first_slot + c
@@ -382,16 +410,16 @@ def chunk_o_kernel(q, k, v, b, hs, A, bounds,  # inputs
 # ----------------------------------------------------------------------------- backward
 
 
-@triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
-                 prune_configs_by={"early_config_prune": _prune("BV", "do")})
+@triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": _prune_sweep("do")})
 @triton.jit
 def chunk_dh_kernel(q, do, b, dht, cu_seqlens, bounds,  # inputs
                     dh0, dhs,  # outputs: dS_0 [N, H, K, V]; dH at each chunk's end [NS, H, K, V]
                     scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                     BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
     """(gla.7) dH ← exp(b_L) ⊙ dH + q̄ᵀ do over the chunks of one sequence, last chunk first."""
-    i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state = _sweep_prologue(cu_seqlens, H, K, V, BT,
-                                                                                        BK, BV)
+    i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state = _key_block_sweep_prologue(
+        cu_seqlens, H, K, V, BT, BK, BV)
     b_dh = tl.load(dht + i_nh * K * V + p_state, mask=m_h, other=0.0)  # [BK, BV]
     for c_rev in range(0, n_chunks):
         i_s = first_slot + n_chunks - 1 - c_rev
