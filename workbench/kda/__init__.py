@@ -187,7 +187,7 @@ def _forward(q, k, v, g, beta, h0, cu, static: _Static):
                     grid=(NS, H), name="workbench_kda_cumsum", **common)
     A, Aqk = triton_call(q, k, b, beta, bounds, kernel=kernels.chunk_kda_intra_kernel,
                          out_shape=[jax.ShapeDtypeStruct((TT, H, BT), f32)] * 2, grid=(NS, H),
-                         name="workbench_kda_intra", num_warps=4, scale=static.scale, F32_DOT=_f32_dot(q), **common)
+                         name="workbench_kda_intra", scale=static.scale, F32_DOT=_f32_dot(q), **common)
     w, u = triton_call(k, v, b, beta, A, bounds, kernel=kernels.chunk_kda_wu_kernel,
                        out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
                        grid=(NS, H), name="workbench_kda_wu", V=V, F32_DOT=_f32_dot(q), **common)

@@ -8,8 +8,8 @@ chunk (NOTES.md, "Where A lives").
 
 chunked forward
 * `chunk_cumsum_kernel` (chunk_gla's): b, chunk-local prefix sums of the log-decays (kda.2).
-* `chunk_kda_intra_kernel` (slot, head): L and Aqk (kda.3, kda.6), then A = (I + L)⁻¹ in place by
-  blocked forward substitution (kda.5).
+* `chunk_kda_intra_kernel` (slot, head): L and Aqk (kda.3, kda.6; the own block by kda.16 where it
+  can), then A = (I + L)⁻¹ in place by blocked forward substitution (kda.5).
 * `chunk_kda_wu_kernel` (slot, head): the WY vectors w, u (kda.3).
 * `chunk_kda_h_kernel` (V block, sequence·head): the state sweep, δ = u − w h (kda.4).
 * `chunk_kda_o_kernel` (V block, slot, head): o = q̄ h + Aqk δ (kda.6).
@@ -100,77 +100,115 @@ def _invert_unit_lower(b_L):
 
 
 @triton.jit
+def _own_column_fwd(b_Aqk_own, b_L_own, j, k, b, row0, end, b_qi, b_ki, b_bi, b_bm, i_h, o_k, m_k, H: tl.constexpr,
+                    K: tl.constexpr):
+    """(kda.3, kda.6) Column j of a sub-chunk's own block (rows row0 …; b_qi, b_ki, b_bi [BC, BK] their
+    q, k, b): Σ_i q_r[i] k_j[i] exp(b_r[i] − b_j[i]) and the same with k_r for the rows r ≥ j, 0 above
+    (no scale, no β). Past the chunk's end k_j = 0 and b_j = b_m, the last valid row's."""
+    o_c = tl.arange(0, BC)
+    row = row0 + j
+    m_r = row < end
+    p_j = (row * H + i_h) * K + o_k
+    b_kj = tl.load(k + p_j, mask=m_k & m_r, other=0.0).to(tl.float32)
+    b_bj = tl.where(m_r, tl.load(b + p_j, mask=m_k & m_r, other=0.0), b_bm)
+    keep = o_c >= j  # rows r ≥ j
+    b_ke = b_kj[None, :] * _exp(tl.where(keep[:, None], b_bi - b_bj[None, :], 0.0))  # [BC, BK]
+    col = (o_c[None, :] == j) & keep[:, None]
+    b_Aqk_own = tl.where(col, tl.sum(b_qi * b_ke, axis=1)[:, None], b_Aqk_own)
+    b_L_own = tl.where(col, tl.sum(b_ki * b_ke, axis=1)[:, None], b_L_own)
+    return b_Aqk_own, b_L_own
+
+
+def _intra_configs():
+    """Key blocks of the forward's sub-chunk products (BKC), at 4 or 8 warps."""
+    return [triton.Config({"BKC": bkc}, num_warps=w, num_stages=2) for bkc in (32, 64) for w in (4, 8)]
+
+
+@triton.autotune(configs=_intra_configs(), key=["H", "K", "BT"],
+                 prune_configs_by={"early_config_prune": _prune("BKC", "q")})
+@triton.jit
 def chunk_kda_intra_kernel(q, k, b, beta, bounds,  # inputs
                            A, Aqk,  # outputs [TT, H, BT] float32
                            scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                           BK: tl.constexpr, F32_DOT: tl.constexpr):
+                           BK: tl.constexpr, BKC: tl.constexpr, F32_DOT: tl.constexpr):
     """(kda.3, kda.6) L and Aqk sub-chunk by sub-chunk (the own block in the same product where its
-    log-decays span at most RHO, kda.16, else elementwise), then (kda.5) A = (I + L)⁻¹ in place."""
+    log-decays span at most RHO, kda.16, else elementwise), then (kda.5) A = (I + L)⁻¹ in place.
+    BK covers all of K (the span, the elementwise path); the products run over key blocks of BKC."""
     i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
     start, end = _chunk(bounds, i_s)
     if start >= end:
         return
-    o_k = tl.arange(0, BK)
-    m_k = o_k < K
+    o_kf = tl.arange(0, BK)
+    m_kf = o_kf < K
     o_t = tl.arange(0, BT)
     rows = start + o_t
     m_t = rows < end
     o_c = tl.arange(0, BC)
-    for i_sub in tl.static_range(BT // BC):
-        rows_i, m_i, b_qi, b_ki, b_bi, b_k, b_b, b_bn, b_bm = _intra_tiles(q, k, b, i_sub, start, end, i_h, o_k, m_k,
-                                                                           H, K, BT)
-        b_betai = tl.load(beta + rows_i * H + i_h, mask=m_i, other=0.0).to(tl.float32)  # [BC]
-        # earlier sub-chunks through the reference row n (the sub-chunk's first): both factors ≤ 1;
-        # (kda.16) where the sub-chunk's log-decays span at most RHO (b_n − b_m in every key column), its
-        # own keys join the same product (exp(b_n − b_s) ≤ exp(RHO)), masked to s ≤ r (Aqk), s < r (L)
+    for i_sub in range(0, BT // BC):  # a device loop: one sub-chunk's tiles live at a time
         own0 = i_sub * BC
-        direct = tl.max(b_bn - b_bm, axis=0) <= RHO
-        keys = o_t < tl.where(direct, own0 + BC, own0)
-        b_kn = tl.where(keys[:, None], b_k * _exp(tl.where(keys[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
-        b_en = _exp(b_bi - b_bn[None, :])  # [BC, BK]
-        b_Aqk = tl.dot(b_qi * b_en, tl.trans(b_kn), input_precision=F32_DOT) * scale  # [BC, BT]
-        b_L = tl.dot(b_ki * b_en, tl.trans(b_kn), input_precision=F32_DOT) * b_betai[:, None]
-        o_r = own0 + o_c  # the rows' positions in the chunk
-        b_Aqk = tl.where(o_t[None, :] <= o_r[:, None], b_Aqk, 0.0)
-        b_L = tl.where(o_t[None, :] < o_r[:, None], b_L, 0.0)
+        rows_i = start + own0 + o_c
+        m_i = rows_i < end
+        row_n = tl.minimum(start + own0, end - 1)  # the sub-chunk's first row n and last valid row m
+        row_m = tl.minimum(start + own0 + BC, end) - 1
+        b_betai = tl.load(beta + rows_i * H + i_h, mask=m_i, other=0.0).to(tl.float32)  # [BC]
+        # earlier sub-chunks through the reference row n: both factors ≤ 1; (kda.16) where the
+        # sub-chunk's log-decays span at most RHO (b_n − b_m in every key column), its own keys join the
+        # same product (exp(b_n − b_s) ≤ exp(RHO)), masked to s ≤ r (Aqk), s < r (L) afterwards
+        b_bm = _row(b, row_m, i_h, o_kf, m_kf, H, K)
+        direct = tl.max(_row(b, row_n, i_h, o_kf, m_kf, H, K) - b_bm, axis=0) <= RHO
+        keys = (o_t < tl.where(direct, own0 + BC, own0)) & m_t
+        b_Aqk = tl.zeros([BC, BT], tl.float32)
+        b_L = tl.zeros([BC, BT], tl.float32)
+        for i_k in range(0, tl.cdiv(K, BKC)):
+            o_k = i_k * BKC + tl.arange(0, BKC)
+            m_k = o_k < K
+            b_bn = _row(b, row_n, i_h, o_k, m_k, H, K)
+            b_en = _exp(tl.where(m_i[:, None], _tile(b, rows_i, m_i, i_h, o_k, m_k, H, K) - b_bn[None, :], 0.0))
+            b_kn = _tile(k, rows, keys, i_h, o_k, m_k, H, K)  # [BT, BKC], 0 outside the keys
+            b_kn *= _exp(tl.where(keys[:, None], b_bn[None, :] - _tile(b, rows, keys, i_h, o_k, m_k, H, K), 0.0))
+            b_Aqk += tl.dot(_tile(q, rows_i, m_i, i_h, o_k, m_k, H, K) * b_en, tl.trans(b_kn), input_precision=F32_DOT)
+            b_L += tl.dot(_tile(k, rows_i, m_i, i_h, o_k, m_k, H, K) * b_en, tl.trans(b_kn), input_precision=F32_DOT)
+        o_r = o_c + own0  # the rows' positions in the chunk
+        b_Aqk = tl.where(o_t[None, :] <= o_r[:, None], b_Aqk * scale, 0.0)
+        b_L = tl.where(o_t[None, :] < o_r[:, None], b_L * b_betai[:, None], 0.0)
         # every column, but the own block only when direct (otherwise it is written below)
         kept = m_i[:, None] & ((o_t < own0) | (o_t >= tl.where(direct, own0, own0 + BC)))[None, :]
         p_i = (rows_i[:, None] * H + i_h) * BT
         tl.store(Aqk + p_i + o_t[None, :], b_Aqk, mask=kept)
         tl.store(A + p_i + o_t[None, :], b_L, mask=kept)
         if not direct:
-            # the sub-chunk's own block, elementwise, 16 keys at a time (every kept exponent ≤ 0)
+            # the sub-chunk's own block, elementwise one key column j at a time (every kept exponent ≤ 0);
+            # rows past the chunk's end read q = k = 0 and b = b_m
+            b_qi = _tile(q, rows_i, m_i, i_h, o_kf, m_kf, H, K)
+            b_ki = _tile(k, rows_i, m_i, i_h, o_kf, m_kf, H, K)
+            b_bi = tl.where(m_i[:, None], _tile(b, rows_i, m_i, i_h, o_kf, m_kf, H, K), b_bm[None, :])
             b_Aqk_own = tl.zeros([BC, BC], tl.float32)
             b_L_own = tl.zeros([BC, BC], tl.float32)
-            for i_kk in tl.static_range(BK // 16):
-                o_kk = i_kk * 16 + tl.arange(0, 16)
-                m_kk = o_kk < K
-                b_bs = tl.where(m_i[:, None], _tile(b, rows_i, m_i, i_h, o_kk, m_kk, H, K),
-                                _row(b, end - 1, i_h, o_kk, m_kk, H, K)[None, :])
-                b_ratio = _diagonal_ratio(b_bs, False)  # [BC, BC, 16] exp(b_r − b_s), s ≤ r
-                b_ks = _tile(k, rows_i, m_i, i_h, o_kk, m_kk, H, K)
-                b_qs = _tile(q, rows_i, m_i, i_h, o_kk, m_kk, H, K)
-                b_Aqk_own += tl.sum(b_qs[:, None, :] * b_ks[None, :, :] * b_ratio, axis=2)
-                b_L_own += tl.sum(b_ks[:, None, :] * b_ks[None, :, :] * b_ratio, axis=2)
+            for j in range(0, BC):
+                b_Aqk_own, b_L_own = _own_column_fwd(b_Aqk_own, b_L_own, j, k, b, start + own0, end, b_qi, b_ki, b_bi,
+                                                     b_bm, i_h, o_kf, m_kf, H, K)
             b_Aqk_own *= scale
             b_L_own = tl.where(o_c[:, None] > o_c[None, :], b_L_own * b_betai[:, None], 0.0)
             tl.store(Aqk + p_i + own0 + o_c[None, :], b_Aqk_own, mask=m_i[:, None])
             tl.store(A + p_i + own0 + o_c[None, :], b_L_own, mask=m_i[:, None])
     tl.debug_barrier()  # L is read back below by other threads of this program
 
-    # (kda.5) block row i of A: D_i (E_i − L_{i,<i} A_{<i,:}), D_i = (I + L_ii)⁻¹, rows of blocks in order
-    for i_sub in tl.static_range(BT // BC):
+    # (kda.5) block row i of A: D_i (E_i − Σ_{j<i} L_ij A_j), D_i = (I + L_ii)⁻¹, rows of blocks in order
+    # (block rows j < i of the array already hold A, block row i still holds L); full float32, one
+    # [BC, BC] × [BC, BT] product per earlier block
+    for i_sub in range(0, BT // BC):
         rows_i = start + i_sub * BC + o_c
         m_i = rows_i < end
         p_i = A + (rows_i[:, None] * H + i_h) * BT
-        b_Lb = tl.load(p_i + o_t[None, :], mask=m_i[:, None] & (o_t < i_sub * BC)[None, :], other=0.0)  # [BC, BT]
         b_D = _invert_unit_lower(tl.load(p_i + i_sub * BC + o_c[None, :], mask=m_i[:, None], other=0.0))
-        done = (o_t < i_sub * BC) & m_t
-        b_Adone = tl.load(A + (rows[:, None] * H + i_h) * BT + o_t[None, :], mask=done[:, None] & m_t[None, :],
-                          other=0.0)  # [BT, BT] the finished rows of A
-        o_own = o_c + i_sub * BC
-        b_E = tl.where(o_t[None, :] == o_own[:, None], 1.0, 0.0)  # [BC, BT]
-        b_Y = b_E - tl.dot(b_Lb, b_Adone, input_precision="ieee")
+        b_Y = tl.where(o_t[None, :] == (o_c + i_sub * BC)[:, None], 1.0, 0.0)  # E_i [BC, BT]
+        for j in range(0, i_sub):
+            rows_j = start + j * BC + o_c
+            m_j = rows_j < end
+            b_Lij = tl.load(p_i + j * BC + o_c[None, :], mask=m_i[:, None] & m_j[None, :], other=0.0)  # [BC, BC]
+            b_Aj = tl.load(A + (rows_j[:, None] * H + i_h) * BT + o_t[None, :], mask=m_j[:, None] & m_t[None, :],
+                           other=0.0)  # [BC, BT] finished rows of A
+            b_Y -= tl.dot(b_Lij, b_Aj, input_precision="ieee")
         tl.store(p_i + o_t[None, :], tl.dot(b_D, b_Y, input_precision="ieee"), mask=m_i[:, None])
         tl.debug_barrier()
 
@@ -551,6 +589,37 @@ def chunk_kda_bwd_wy_kernel(q, k, v, b, beta, A, ddelta, dw, dk_state, dg_state,
 # ----------------------------------------------------------------------------- backward: intra-chunk
 
 
+@triton.jit
+def _own_row_bwd(b_dqs, b_dks, b_Y, b_Z, j, q, k, b, beta, row0, end, b_bi, b_bm, b_dAqk_o, b_dL_o, i_h, o_k, m_k,
+                 scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr):
+    """(kda.11) Row j of a sub-chunk's own block (rows row0 …, b_bi [BC, BK] their b): as a key it adds
+    scale dAqk[r, j] k_j e_rj to dq°_r and dL[r, j] k_j e_rj to Y_r for r > j; as a row, scale dAqk[j, s]
+    q_j e_js to dk°_s and dL[j, s] β_j k_j e_js to Z_s for s < j. One [BC, BK] tile exp(−|b_x − b_j|)
+    serves both (b never increases down a chunk). Past the chunk's end b_j = b_m, the last valid row's."""
+    o_c = tl.arange(0, BC)
+    row = row0 + j
+    m_r = row < end
+    p_j = (row * H + i_h) * K + o_k
+    b_kj = tl.load(k + p_j, mask=m_k & m_r, other=0.0).to(tl.float32)
+    b_qj = tl.load(q + p_j, mask=m_k & m_r, other=0.0).to(tl.float32)
+    b_bj = tl.where(m_r, tl.load(b + p_j, mask=m_k & m_r, other=0.0), b_bm)
+    b_betaj = tl.load(beta + row * H + i_h, mask=m_r, other=0.0).to(tl.float32)
+    below = o_c > j  # rows r > j
+    above = o_c < j  # keys s < j
+    b_e = _exp(tl.where(below[:, None], b_bi - b_bj[None, :], tl.where(above[:, None], b_bj[None, :] - b_bi, 0.0)))
+    col = o_c[None, :] == j
+    b_aq = tl.where(below, tl.sum(tl.where(col, b_dAqk_o, 0.0), axis=1), 0.0)  # dAqk[r, j] over r
+    b_al = tl.where(below, tl.sum(tl.where(col, b_dL_o, 0.0), axis=1), 0.0)
+    row_j = o_c[:, None] == j
+    b_rq = tl.where(above, tl.sum(tl.where(row_j, b_dAqk_o, 0.0), axis=0), 0.0)  # dAqk[j, s] over s
+    b_rl = tl.where(above, tl.sum(tl.where(row_j, b_dL_o, 0.0), axis=0), 0.0)
+    b_dqs += scale * b_aq[:, None] * b_kj[None, :] * b_e
+    b_Y += b_al[:, None] * b_kj[None, :] * b_e
+    b_dks += scale * b_rq[:, None] * b_qj[None, :] * b_e
+    b_Z += b_rl[:, None] * (b_betaj * b_kj)[None, :] * b_e
+    return b_dqs, b_dks, b_Y, b_Z
+
+
 def _prune_intra(configs, named_args, **_):
     """Key blocks not wider than K; with float32 inputs at most 32 (BK = 64 asks sm_90 for 283 KiB of
     shared memory at K = 128, chunk 64, over its 227 KiB: `scripts/compile_check.py`)."""
@@ -590,7 +659,7 @@ def chunk_kda_bwd_intra_kernel(q, k, b, beta, dAqk, dL, dq_in, dk_in, dg_in, dbe
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
         b_tail = tl.zeros([BK], tl.float32)  # Σ P over the later sub-chunks
-        for i_rev in tl.static_range(BT // BC):
+        for i_rev in range(0, BT // BC):  # a device loop: one sub-chunk's tiles live at a time
             i_sub = BT // BC - 1 - i_rev
             rows_i, m_i, b_qi, b_ki, b_bi, b_k, b_b, b_bn, b_bm = _intra_tiles(q, k, b, i_sub, start, end, i_h,
                                                                                o_k, m_k, H, K, BT)
@@ -604,7 +673,7 @@ def chunk_kda_bwd_intra_kernel(q, k, b, beta, dAqk, dL, dq_in, dk_in, dg_in, dbe
             # rows of this sub-chunk against earlier keys, through its first row n; (kda.16) with a span of
             # at most RHO in this block's key columns, its own keys s < r too (exp(b_n − b_s) ≤ exp(RHO))
             own0 = i_sub * BC
-            o_r = own0 + o_c  # the sub-chunk's positions in the chunk
+            o_r = o_c + own0  # the sub-chunk's positions in the chunk
             direct = tl.max(b_bn - b_bm, axis=0) <= RHO
             keys = o_t < tl.where(direct, own0 + BC, own0)
             b_kn = tl.where(keys[:, None], b_k * _exp(tl.where(keys[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
@@ -627,16 +696,13 @@ def chunk_kda_bwd_intra_kernel(q, k, b, beta, dAqk, dL, dq_in, dk_in, dg_in, dbe
             b_dks = b_em * tl.dot(tl.trans(b_dAqk_c), b_q * b_xm, input_precision=F32_DOT) * scale
             b_Z = b_em * tl.dot(tl.trans(b_dL_c), b_k * b_beta[:, None] * b_xm, input_precision=F32_DOT)
             if not direct:
-                # the own block, strictly below its diagonal, elementwise (every kept exponent ≤ 0)
+                # the own block, strictly below its diagonal, elementwise one row j at a time (every kept
+                # exponent ≤ 0): as a key, row j feeds the rows r > j; as a row, the keys s < j
                 b_dAqk_o = tl.load(dAqk + p_own, mask=m_i[:, None] & m_i[None, :], other=0.0)
                 b_dL_o = tl.load(dL + p_own, mask=m_i[:, None] & m_i[None, :], other=0.0)
-                b_ratio = _diagonal_ratio(b_bi, True)  # [BC, BC, BK]
-                b_rq = b_ratio * b_dAqk_o[:, :, None]
-                b_rl = b_ratio * b_dL_o[:, :, None]
-                b_dqs += scale * tl.sum(b_rq * b_ki[None, :, :], axis=1)
-                b_dks += scale * tl.sum(b_rq * b_qi[:, None, :], axis=0)
-                b_Y += tl.sum(b_rl * b_ki[None, :, :], axis=1)
-                b_Z += tl.sum(b_rl * (b_ki * b_betai[:, None])[:, None, :], axis=0)
+                for j in range(0, BC):
+                    b_dqs, b_dks, b_Y, b_Z = _own_row_bwd(b_dqs, b_dks, b_Y, b_Z, j, q, k, b, beta, start + own0, end,
+                                                          b_bi, b_bm, b_dAqk_o, b_dL_o, i_h, o_k, m_k, scale, H, K)
             # (kda.13) P, every diagonal term left out
             b_dkrow = b_Y * b_betai[:, None]
             b_p = b_qi * b_dqs - b_ki * b_dks + b_ki * b_dkrow - b_ki * b_Z
