@@ -34,8 +34,8 @@ float32; A's inversion is always full float32.
 import triton
 import triton.language as tl
 
-from ..chunk_gla.kernels import (BC, RHO, _chunk, _configs, _diagonal_ratio, _exp, _intra_tiles, _prune, _row,
-                                 _sweep_prologue, _tile, chunk_cumsum_kernel)
+from ..chunk_gla.kernels import (BC, RHO, _chunk, _configs, _exp, _intra_tiles, _prune, _row, _sweep_prologue,
+                                 _tile, chunk_cumsum_kernel)
 from ..launch import given
 from ..tl_helpers import sequence_bounds
 
@@ -50,7 +50,7 @@ CHUNK = 64  # steps between the recurrent forward's checkpoints; passed as a con
 def _block_configs():
     """(BK, BV) pairs for the kernels that loop over both key and value blocks."""
     return [triton.Config({"BK": bk, "BV": bv}, num_warps=w, num_stages=2)
-            for bk, bv, w in ((32, 32, 4), (64, 64, 8), (32, 64, 4))]
+            for bk, bv, w in ((32, 32, 4), (64, 64, 8), (32, 64, 4), (32, 32, 8), (32, 64, 8))]
 
 
 def _prune_blocks(configs, named_args, **_):
@@ -243,7 +243,7 @@ def chunk_kda_wu_kernel(k, v, b, beta, A, bounds,  # inputs
         tl.store(u + (rows[:, None] * H + i_h) * V + o_v[None, :], b_u.to(dtype), mask=m_t[:, None] & m_v[None, :])
 
 
-@triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
+@triton.autotune(configs=_configs("BV", (16, 32, 64)), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": _prune("BV", "u")})
 @triton.jit
 def chunk_kda_h_kernel(k, w, u, b, h0, cu_seqlens, bounds,  # inputs
@@ -304,7 +304,7 @@ def chunk_kda_o_kernel(q, b, Aqk, delta, hs, bounds,  # inputs
 # ----------------------------------------------------------------------------- backward: the dh sweep
 
 
-@triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
+@triton.autotune(configs=_configs("BV", (16, 32, 64)), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": _prune("BV", "do")})
 @triton.jit
 def chunk_kda_dh_kernel(q, k, w, b, Aqk, do, dht, cu_seqlens, bounds,  # inputs
@@ -438,30 +438,97 @@ def _wy_keys(b_dw, b_A, b_kg, b_beta, F32_DOT: tl.constexpr, TRANS_A: tl.constex
 
 
 @triton.jit
-def _inter_outputs(b_q, b_k, b_b, b_bL, rows, end, b_dqbar, b_dkhat, b_hdh, scale: tl.constexpr,
-                   BT: tl.constexpr):
+def _inter_outputs(b_q, b_k, b_b, b_bL, rows, end, b_dqbar, b_dkhat, b_hdh, dg, p_k, m_tk, scale: tl.constexpr,
+                   H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr):
     """(kda.11, kda.13) The state parts of dq, dk and dg for one block of keys:
     dq = scale exp(b) ⊙ dq̄, dk = exp(b_L − b) ⊙ dk̂, dg = Σ_{r≥t} q̄_r ⊙ dq̄_r + Σ_{s<t} X_s +
-    exp(b_L) ⊙ rowsum(h ⊙ dH), X_s = k̂_s ⊙ dk̂_s (summed forward: no total − suffix difference)."""
+    exp(b_L) ⊙ rowsum(h ⊙ dH), X_s = k̂_s ⊙ dk̂_s, summed forward (no total − suffix difference): X is
+    parked in dg's rows (p_k) and read back one row down, then summed inclusively. The caller stores
+    dg over it afterwards."""
     o_t = tl.arange(0, BT)
     b_eb = _exp(b_b)
     b_ehat = _khat_decay(b_b, b_bL, rows, end)
     b_dq = b_dqbar * b_eb * scale
     b_dk = b_dkhat * b_ehat
-    b_x = b_k * b_ehat * b_dkhat
-    before = tl.where(o_t[:, None] > o_t[None, :], 1.0, 0.0)  # Σ_{s<t} as a product with 0/1 weights
-    b_dg = (tl.cumsum(b_q * b_eb * scale * b_dqbar, axis=0, reverse=True)
-            + tl.dot(before, b_x, input_precision="ieee") + (_exp(b_bL) * b_hdh)[None, :])
+    tl.store(dg + p_k, b_k * b_ehat * b_dkhat, mask=m_tk)
+    tl.debug_barrier()  # X is read back by other threads of this program
+    b_xprev = tl.load(dg + p_k - H * K, mask=m_tk & (o_t > 0)[:, None], other=0.0)  # X_{t−1}, 0 at t = 0
+    tl.debug_barrier()  # read before the caller overwrites dg
+    b_dg = (tl.cumsum(b_q * b_eb * scale * b_dqbar, axis=0, reverse=True) + tl.cumsum(b_xprev, axis=0)
+            + (_exp(b_bL) * b_hdh)[None, :])
     return b_dq, b_dk, b_dg
 
 
 @triton.jit
-def _dL(b_dA, b_A, m_t, BT: tl.constexpr, TRANS_A: tl.constexpr):
-    """(kda.7) dL = −Aᵀ dA Aᵀ on the strictly lower triangle (L = X − I, A = X⁻¹)."""
+def _A_part(A, start, end, i_h, o_r, o_c, H: tl.constexpr, BT: tl.constexpr, A_T_POINTER: tl.constexpr):
+    """Positions [o_r, o_c] (chunk-local) of `_load_A`'s tile: A[o_r, o_c], or with A_T_POINTER through
+    the transposed pointer, A[o_c, o_r]; float32, 0 past the chunk's end."""
+    m = ((start + o_r) < end)[:, None] & ((start + o_c) < end)[None, :]
+    if A_T_POINTER:
+        p = A + ((start + o_c)[None, :] * H + i_h) * BT + o_r[:, None]
+    else:
+        p = A + ((start + o_r)[:, None] * H + i_h) * BT + o_c[None, :]
+    return tl.load(p, mask=m, other=0.0)
+
+
+@triton.jit
+def _A_used_rows(A, start, end, i_h, j0, H: tl.constexpr, BT: tl.constexpr, A_T_POINTER: tl.constexpr,
+                 TRANS_A: tl.constexpr):
+    """Rows j0 … j0+15 ([16, BT]) of the tile as `_as_used` gives it (wrapped in tl.trans when TRANS_A)."""
     o_t = tl.arange(0, BT)
-    b_Au = _as_used(b_A, TRANS_A)
-    b_dL = tl.dot(b_Au, tl.dot(b_dA, b_Au, input_precision="ieee"), input_precision="ieee")  # disputed
-    return tl.where((o_t[:, None] > o_t[None, :]) & m_t[:, None] & m_t[None, :], -b_dL, 0.0)
+    o_j = j0 + tl.arange(0, 16)
+    if TRANS_A:
+        b = tl.trans(_A_part(A, start, end, i_h, o_t, o_j, H, BT, A_T_POINTER))
+    else:
+        b = _A_part(A, start, end, i_h, o_j, o_t, H, BT, A_T_POINTER)
+    return b
+
+
+@triton.jit
+def _A_used_cols(A, start, end, i_h, j0, H: tl.constexpr, BT: tl.constexpr, A_T_POINTER: tl.constexpr,
+                 TRANS_A: tl.constexpr):
+    """Columns j0 … j0+15 ([BT, 16]) of the tile as `_as_used` gives it."""
+    o_t = tl.arange(0, BT)
+    o_j = j0 + tl.arange(0, 16)
+    if TRANS_A:
+        b = tl.trans(_A_part(A, start, end, i_h, o_j, o_t, H, BT, A_T_POINTER))
+    else:
+        b = _A_part(A, start, end, i_h, o_t, o_j, H, BT, A_T_POINTER)
+    return b
+
+
+@triton.jit
+def _store_dL(dL, A, b_dA, start, end, i_h, H: tl.constexpr, BT: tl.constexpr, A_T_POINTER: tl.constexpr,
+              TRANS_A: tl.constexpr):
+    """(kda.7) dL = −Aᵀ dA Aᵀ on the strictly lower triangle (L = X − I, A = X⁻¹), as the disputed
+    products compute it: Au (dA Au) with Au the A tile as used (Aᵀ when right). Full float32, 16 columns
+    of the inner dimension per product: dA, then M = dA Au, are parked in dL's own rows and read back a
+    slice at a time, and Au is read from A a slice at a time (one [BT, BT] × [BT, BT] float32 product
+    would hold whole rows and columns of both operands in registers)."""
+    o_t = tl.arange(0, BT)
+    o_16 = tl.arange(0, 16)
+    m_t = (start + o_t) < end
+    p_rows = dL + ((start + o_t)[:, None] * H + i_h) * BT  # [BT, 1] the chunk's rows of dL
+    tl.store(p_rows + o_t[None, :], b_dA, mask=m_t[:, None])
+    tl.debug_barrier()  # read back by other threads of this program
+    b_M = tl.zeros([BT, BT], tl.float32)
+    for jj in range(0, BT // 16):
+        b_dAj = tl.load(p_rows + jj * 16 + o_16[None, :], mask=m_t[:, None], other=0.0)  # dA[:, j] [BT, 16]
+        b_M += tl.dot(b_dAj, _A_used_rows(A, start, end, i_h, jj * 16, H, BT, A_T_POINTER, TRANS_A),
+                      input_precision="ieee")  # disputed: dA Aᵀ
+    tl.debug_barrier()  # every slice of dA read before M replaces it
+    tl.store(p_rows + o_t[None, :], b_M, mask=m_t[:, None])
+    tl.debug_barrier()
+    b_dL = tl.zeros([BT, BT], tl.float32)
+    for jj in range(0, BT // 16):
+        o_j = jj * 16 + o_16
+        b_Mj = tl.load(dL + ((start + o_j)[:, None] * H + i_h) * BT + o_t[None, :],
+                       mask=((start + o_j) < end)[:, None], other=0.0)  # M[j, :] [16, BT]
+        b_dL += tl.dot(_A_used_cols(A, start, end, i_h, jj * 16, H, BT, A_T_POINTER, TRANS_A), b_Mj,
+                       input_precision="ieee")  # disputed: Aᵀ M
+    tl.debug_barrier()  # every slice of M read before dL replaces it
+    tl.store(p_rows + o_t[None, :], tl.where((o_t[:, None] > o_t[None, :]) & m_t[:, None] & m_t[None, :], -b_dL, 0.0),
+             mask=m_t[:, None])
 
 
 @triton.autotune(configs=_block_configs(), key=["H", "K", "V", "BT"],
@@ -483,8 +550,7 @@ def chunk_kda_bwd_wy_dqkg_fused_kernel(
     m_t = rows < end
     dtype = v.dtype.element_ty
     b_beta = tl.load(beta + rows * H + i_h, mask=m_t, other=0.0).to(tl.float32)
-    b_A32 = _load_A(A, rows, m_t, i_h, H, BT, A_T_POINTER)  # Aᵀ with the transposed pointer
-    b_A = b_A32.to(dtype)
+    b_A = _load_A(A, rows, m_t, i_h, H, BT, A_T_POINTER).to(dtype)  # Aᵀ with the transposed pointer
     p_mat = (rows[:, None] * H + i_h) * BT + o_t[None, :]
     tl.store(dAqk + p_mat, _dAqk(do, delta, rows, m_t, i_h, H, V, BT, BV, F32_DOT), mask=m_t[:, None])
     b_dA, b_dbeta = _wy_values(v, ddelta, dv, b_A, b_beta, rows, m_t, i_h, H, V, BT, BV, F32_DOT, TRANS_A)
@@ -500,16 +566,16 @@ def chunk_kda_bwd_wy_dqkg_fused_kernel(
         b_dA_k, b_dkg, b_dbeta_k = _wy_keys(b_dw, b_A, b_kg, b_beta, F32_DOT, TRANS_A)  # dw from registers
         b_dA += b_dA_k
         b_dbeta += b_dbeta_k
-        b_dq, b_dk, b_dg = _inter_outputs(_tile(q, rows, m_t, i_h, o_k, m_k, H, K), b_k, b_b, b_bL, rows, end,
-                                          b_dqbar, b_dkhat, b_hdh, scale, BT)
-        b_dk += b_dkg * _exp(b_b)
-        b_dg += tl.cumsum(b_kg * b_dkg, axis=0, reverse=True)
         p_k = (rows[:, None] * H + i_h) * K + o_k[None, :]
         m_tk = m_t[:, None] & m_k[None, :]
+        b_dq, b_dk, b_dg = _inter_outputs(_tile(q, rows, m_t, i_h, o_k, m_k, H, K), b_k, b_b, b_bL, rows, end,
+                                          b_dqbar, b_dkhat, b_hdh, dg, p_k, m_tk, scale, H, K, BT)
+        b_dk += b_dkg * _exp(b_b)
+        b_dg += tl.cumsum(b_kg * b_dkg, axis=0, reverse=True)
         tl.store(dq + p_k, b_dq, mask=m_tk)
         tl.store(dk + p_k, b_dk, mask=m_tk)
         tl.store(dg + p_k, b_dg, mask=m_tk)
-    tl.store(dL + p_mat, _dL(b_dA, b_A32, m_t, BT, TRANS_A), mask=m_t[:, None])
+    _store_dL(dL, A, b_dA, start, end, i_h, H, BT, A_T_POINTER, TRANS_A)
     tl.store(dbeta + rows * H + i_h, b_dbeta, mask=m_t)
 
 
@@ -536,12 +602,12 @@ def chunk_kda_bwd_inter_kernel(q, k, v, b, delta, ddelta, do, hs, dhs, bounds,  
         b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
         b_dqbar, b_dkhat, b_dw, b_hdh = _inter_keys(delta, ddelta, do, hs, dhs, i_s, rows, m_t, i_h, o_k, m_k,
                                                     H, K, V, BT, BK, BV, F32_DOT)
+        p_k = (rows[:, None] * H + i_h) * K + o_k[None, :]
+        m_tk = m_t[:, None] & m_k[None, :]
         b_dq, b_dk, b_dg = _inter_outputs(_tile(q, rows, m_t, i_h, o_k, m_k, H, K),
                                           _tile(k, rows, m_t, i_h, o_k, m_k, H, K), b_b,
                                           _row(b, end - 1, i_h, o_k, m_k, H, K), rows, end, b_dqbar, b_dkhat, b_hdh,
-                                          scale, BT)
-        p_k = (rows[:, None] * H + i_h) * K + o_k[None, :]
-        m_tk = m_t[:, None] & m_k[None, :]
+                                          dg, p_k, m_tk, scale, H, K, BT)
         tl.store(dq + p_k, b_dq, mask=m_tk)
         tl.store(dk + p_k, b_dk, mask=m_tk)
         tl.store(dg + p_k, b_dg, mask=m_tk)
@@ -565,8 +631,7 @@ def chunk_kda_bwd_wy_kernel(q, k, v, b, beta, A, ddelta, dw, dk_state, dg_state,
     m_t = rows < end
     dtype = v.dtype.element_ty
     b_beta = tl.load(beta + rows * H + i_h, mask=m_t, other=0.0).to(tl.float32)
-    b_A32 = _load_A(A, rows, m_t, i_h, H, BT, True)
-    b_A = b_A32.to(dtype)
+    b_A = _load_A(A, rows, m_t, i_h, H, BT, True).to(dtype)
     b_dA, b_dbeta = _wy_values(v, ddelta, dv, b_A, b_beta, rows, m_t, i_h, H, V, BT, BV, F32_DOT, False)
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
@@ -582,7 +647,7 @@ def chunk_kda_bwd_wy_kernel(q, k, v, b, beta, A, ddelta, dw, dk_state, dg_state,
         tl.store(dk + p_k, tl.load(dk_state + p_k, mask=m_tk, other=0.0) + b_dkg * _exp(b_b), mask=m_tk)
         tl.store(dg + p_k, tl.load(dg_state + p_k, mask=m_tk, other=0.0)
                  + tl.cumsum(b_kg * b_dkg, axis=0, reverse=True), mask=m_tk)
-    tl.store(dL + (rows[:, None] * H + i_h) * BT + o_t[None, :], _dL(b_dA, b_A32, m_t, BT, False), mask=m_t[:, None])
+    _store_dL(dL, A, b_dA, start, end, i_h, H, BT, True, False)
     tl.store(dbeta + rows * H + i_h, b_dbeta, mask=m_t)
 
 
@@ -621,8 +686,9 @@ def _own_row_bwd(b_dqs, b_dks, b_Y, b_Z, j, q, k, b, beta, row0, end, b_bi, b_bm
 
 
 def _prune_intra(configs, named_args, **_):
-    """Key blocks not wider than K; with float32 inputs at most 32 (BK = 64 asks sm_90 for 283 KiB of
-    shared memory at K = 128, chunk 64, over its 227 KiB: `scripts/compile_check.py`)."""
+    """Key blocks not wider than K; with float32 inputs at most 32 (BK = 64 asked sm_90 for 283 KiB of
+    shared memory at K = 128, chunk 64, over its 227 KiB, while the sub-chunk loop was unrolled; now
+    91 KiB, but it spills 1.6 KB at 4 warps: `scripts/compile_check.py`)."""
     kept = _prune("BK", "q")(configs, named_args)
     if getattr(named_args["q"].dtype, "itemsize", 2) >= 4:
         kept = [c for c in kept if c.kwargs["BK"] <= 32] or [min(kept, key=lambda c: c.kwargs["BK"])]
