@@ -492,3 +492,59 @@ def test_float32_narrowing_rounds_to_nearest_even(dtype):
     out = launch.triton_call(x, kernel=narrow_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, dtype),
                              grid=cdiv_grid(x.shape[0]), n=x.shape[0], BLOCK=BLOCK)
     np.testing.assert_array_equal(bits(out), bits(x.astype(dtype)))
+
+
+# ----------------------------------------------------------------------------- helpers called from kernels
+
+
+@triton.jit
+def _scaled_exp(b_x, scale):
+    return tl.exp(b_x * scale)
+
+
+@triton.jit
+def _softmax_row(b_x, scale):
+    b_e = _scaled_exp(b_x - tl.max(b_x, axis=0), scale)  # a helper calling a helper
+    return b_e / tl.sum(b_e, axis=0)
+
+
+@triton.jit
+def softmax_rows_kernel(x, out, scale, n: tl.constexpr, BLOCK: tl.constexpr):
+    """One row of x [rows, n] per program; the work is done by nested @triton.jit helpers."""
+    o_j = tl.arange(0, BLOCK)
+    m_j = o_j < n
+    b_x = tl.load(x + tl.program_id(0) * n + o_j, mask=m_j, other=float("-inf"))
+    tl.store(out + tl.program_id(0) * n + o_j, _softmax_row(b_x, scale).to(tl.float32), mask=m_j)
+
+
+def softmax_rows(x, scale=0.5):
+    rows, n = x.shape
+    return launch.triton_call(x, kernel=softmax_rows_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(rows,), scale=scale, n=n, BLOCK=64)
+
+
+@pytest.mark.skipif(not launch.INTERPRET, reason="checks the interpreter path only")
+def test_helpers_called_from_a_kernel_do_not_repatch_the_language(monkeypatch):
+    """The launcher's fix of the interpreter's per-call re-patching (`_patch_interpreter_nested_calls`):
+    helpers still compute the right thing, `triton.language` is patched once per launch whatever the
+    number of helper calls, and every builtin is back to its original after the launch."""
+    from triton.runtime import interpreter as interp
+
+    sweeps = []
+    original_sweep = interp._patch_builtin
+    monkeypatch.setattr(interp, "_patch_builtin", lambda *a: sweeps.append(1) or original_sweep(*a))
+    before = {name: getattr(tl, name) for name in ("load", "store", "exp", "max", "sum", "arange")}
+    tensor_before = dict(vars(tl.tensor))
+
+    x = jax.random.normal(jax.random.key(9), (8, 50), jnp.float32)
+    # a first run rewrites the helpers (and Triton's own, e.g. tl.max), which adds names to their globals
+    jax.block_until_ready(softmax_rows(x[:1]))
+    counts = []
+    for rows in (1, 8):  # 8 programs call the helpers 8 times as often
+        sweeps.clear()
+        out = jax.block_until_ready(softmax_rows(x[:rows]))
+        counts.append(len(sweeps))
+        np.testing.assert_allclose(out, jax.nn.softmax(0.5 * x[:rows], axis=-1), rtol=1e-5, atol=1e-7)
+    assert counts[0] == counts[1] > 0, counts
+    assert {name: getattr(tl, name) for name in before} == before
+    assert {name: vars(tl.tensor).get(name) for name in tensor_before} == tensor_before

@@ -104,8 +104,58 @@ def _patch_interpreter_bfloat16_casts() -> None:
     builder_cls._workbench_bf16_patch = True
 
 
+def _patch_interpreter_nested_calls() -> None:
+    """Stop the interpreter from re-patching `triton.language` on every call of a `@triton.jit`
+    helper made from inside a running kernel.
+
+    Triton 3.6's interpreter patches the language's builtins (`tl.load`, `tl.dot`, tensor methods, …)
+    when a kernel launches (`GridExecutor.__call__`, restored when it ends) and again on *every* call
+    of a jitted helper (`InterpretedFunction.__call__`), whose patch is never restored. The launch's
+    patch already covers the same modules, so the helper's changes nothing but costs an
+    `inspect.getmembers` sweep of `tl`, `tl.core`, `tl.math` and `tl.tensor` per call: more than half
+    the interpreter's time in kernels that call helpers per tile. Here a helper call inside a launch
+    whose patch covers every language module the helper's globals see skips it; anything else (a
+    helper that sees a module the kernel's globals do not, a call outside a launch) patches as before.
+    """
+    from triton.runtime import interpreter as interp
+
+    if getattr(interp, "_workbench_nested_patch", False):
+        return
+    original = interp._patch_lang
+    active: list[set[int]] = []  # ids of the language modules patched by the running launch
+
+    def languages(fn) -> set[int]:  # the modules interpreter._patch_lang patches for fn
+        return {id(v) for v in fn.__globals__.values() if v is interp.tl or v is interp.tl.core}
+
+    class _Nothing:
+        def restore(self) -> None:
+            pass
+
+    def patch_lang(fn):
+        if active:  # a kernel is running: this is a helper's call
+            needed = languages(fn)
+            if needed <= active[-1]:
+                return _Nothing()
+            active[-1] |= needed
+            return original(fn)
+        scope = original(fn)  # a launch (GridExecutor restores the scope when the kernel ends)
+        active.append(languages(fn))
+        restore = scope.restore
+
+        def restore_and_close() -> None:
+            active.pop()
+            restore()
+
+        scope.restore = restore_and_close
+        return scope
+
+    interp._patch_lang = patch_lang
+    interp._workbench_nested_patch = True
+
+
 if INTERPRET:
     _patch_interpreter_bfloat16_casts()
+    _patch_interpreter_nested_calls()
 
 
 # ----------------------------------------------------------------------------- optional inputs
