@@ -1,4 +1,4 @@
-"""Test setup: float64 available for oracles, Hypothesis profile, GPU-only marker."""
+"""Test setup: float64 available for oracles, Hypothesis profile, GPU-only marker, pytest-xdist scheduling."""
 
 import jax
 import pytest
@@ -22,6 +22,32 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+# Modules whose tests share one expensive result cached per process, so that under pytest-xdist all of
+# their tests must run on one worker: test_ring.py runs every case in one 8-device subprocess.
+SAME_WORKER = ("tests/ring_attention/test_ring.py",)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup`: every test is its own unit of work, handed to whichever worker is free, except
+    that each module in SAME_WORKER is one unit (xdist sends the units with the most tests first, so
+    it starts at once). xdist's own loadgroup reads `xdist_group` marks from node ids that it rewrites
+    through `item._nodeid`, which pytest 9.2 ignores: marked tests would be spread over the workers."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    missing = [path for path in SAME_WORKER if not (config.rootpath / path).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py SAME_WORKER names missing modules: {missing}")
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ModuleGroups(LoadGroupScheduling):
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::", 1)[0]
+            return path if path in SAME_WORKER else super()._split_scope(nodeid)
+
+    return ModuleGroups(config, log)
 
 
 @pytest.fixture(scope="module")

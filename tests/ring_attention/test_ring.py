@@ -70,7 +70,8 @@ def results(n: int) -> dict[str, dict]:
 
 @functools.cache
 def _run():
-    """The subprocess, once for every case (its failure too: every test reports it)."""
+    """The subprocess, once for every case (its failure too: every test reports it). Cached per process:
+    under pytest-xdist every test of this module runs on one worker (tests/conftest.py, SAME_WORKER)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cases = [c for n in sorted(CASES) for c in CASES[n]]
     run = subprocess.run([sys.executable, str(SCRIPT), str(max(CASES))], input=json.dumps(cases),
