@@ -21,6 +21,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+from .._precision import round_to as _round  # the kernel's rounding, kept by XLA on GPU
 from ..recurrent.reference import recurrent_ref
 
 __all__ = ["chunk_gla_ref", "chunk_slots", "chunked_packed", "log_decay", "parallel_ref", "recurrent_ref"]
@@ -95,11 +96,6 @@ def chunk_slots(cu_seqlens, total: int, chunk_size: int):
     start = jnp.where(used, cu[seq] + c * chunk_size, 0)
     end = jnp.where(used, jnp.minimum(start + chunk_size, cu[seq + 1]), 0)
     return start, end, seq, used & (c == 0), used & (c == n_chunks[seq] - 1)
-
-
-def _round(x, dtype):
-    """x rounded to the storage dtype of the inputs, kept in the accumulation dtype."""
-    return x.astype(dtype).astype(x.dtype)
 
 
 def chunk_gla_ref(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, cu_seqlens=None,

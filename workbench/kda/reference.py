@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._precision import round_to as _round  # the kernel's rounding, kept by XLA on GPU
 from ..chunk_gla.reference import chunk_slots
 
 __all__ = ["chunk_cumsum", "chunk_kda_ref", "chunk_output", "chunk_stages", "chunked_packed",
@@ -43,11 +44,6 @@ HIGHEST = lax.Precision.HIGHEST
 
 def _acc_dtype(*xs):
     return jnp.float64 if any(x is not None and x.dtype == jnp.float64 for x in xs) else jnp.float32
-
-
-def _round(x, dtype):
-    """x rounded to the storage dtype of the inputs, kept in the accumulation dtype."""
-    return x.astype(dtype).astype(x.dtype)
 
 
 # ----------------------------------------------------------------------------- the definition
