@@ -240,6 +240,35 @@ def test_kda_5(n):
     assert_close(np.asarray(invert_unit_lower(jnp.asarray(L))), exact)
 
 
+@pytest.mark.parametrize("key_scale", [None, 1.0, 3.0])
+def test_kda_5b(key_scale):
+    """(kda.5b) The kernel's diagonal blocks: (I + L_ii)⁻¹ = (I + N)(I + N²)(I + N⁴)(I + N⁸), N = −L_ii, equal to
+    the inverse in float64, and in float32 within a few times substitution's error (both printed)."""
+    x, _, _ = make_inputs(6, T=64, key_scale=key_scale)
+    L = chunk_terms(*(x[m] for m in ("q", "k", "v", "g", "beta")))["L"]
+    for i0 in range(0, 64, BC):
+        Lii = L[i0:i0 + BC, i0:i0 + BC]
+        exact = np.linalg.inv(np.eye(BC) + Lii)
+
+        def product(N):
+            X, P = np.eye(BC, dtype=N.dtype) + N, N
+            for _ in range(3):
+                P = P @ P
+                X = X + X @ P
+            return X
+
+        assert_close(product(-Lii), exact)
+        L32 = Lii.astype(np.float32)
+        D = np.eye(BC, dtype=np.float32)
+        for r in range(1, BC):
+            D[r] = D[r] - L32[r] @ D
+        err_product = np.linalg.norm(product(-L32) - exact) / np.linalg.norm(exact)
+        err_substitution = np.linalg.norm(D - exact) / np.linalg.norm(exact)
+        print(f"block {i0 // BC}: max|L| {np.abs(Lii).max():.2f} float32 error product {err_product:.1e}, "
+              f"substitution {err_substitution:.1e}")
+        assert err_product <= 4 * err_substitution + 1e-7
+
+
 @CHUNKS
 def test_kda_6(C):
     x, do, dST = make_inputs(5)
