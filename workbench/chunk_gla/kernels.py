@@ -160,6 +160,41 @@ def _key_block_sweep_prologue(cu_seqlens, H: tl.constexpr, K: tl.constexpr, V: t
             o_k[:, None] * V + o_v[None, :])
 
 
+@triton.jit
+def _half_rows(start, end, j: tl.constexpr, BT: tl.constexpr):
+    """Rows of half j (0 or 1) of the chunk at `start` and their mask, as a tile of max(BT/2, 16) rows
+    (tl.dot reduces over at least 16): BT/2 rows, then, for BT = 16, 8 masked ones."""
+    HALF: tl.constexpr = BT // 2
+    ROWS: tl.constexpr = HALF if HALF >= BC else BC
+    o_r = tl.arange(0, ROWS)
+    rows = start + j * HALF + o_r
+    return rows, (o_r < HALF) & (rows < end)
+
+
+@triton.jit
+def _chunk_product(x0, y0, x1, y1, F32_DOT: tl.constexpr):
+    """x0ᵀ y0 + x1ᵀ y1 ([BK, BV], float32): one chunk's update of a state sweep, accumulated from zero.
+
+    Written as `state * decay + tl.dot(xᵀ, y)`, Triton's combine pass turns the update into
+    `tl.dot(xᵀ, y, acc=state * decay)` (it folds `add(dot(a, b, 0), c)`), so on the GPU every state
+    element becomes one FMA chain T rows long, each step rounding at the state's magnitude: ≈ 0.15·ε·√T
+    RMS-relative, ~3× the reference's (NOTES.md, "Accumulation order of the state sweeps"). Chaining
+    the chunk's two halves makes the outer product's accumulator non-zero, which that pattern cannot
+    match; the state then takes one rounded addition per chunk."""
+    return tl.dot(tl.trans(x1), y1, acc=tl.dot(tl.trans(x0), y0, input_precision=F32_DOT),
+                  input_precision=F32_DOT)
+
+
+@triton.jit
+def _khat_v(k, v, b, b_bL, rows, m_t, i_h, o_k, m_k, o_v, m_v, H: tl.constexpr, K: tl.constexpr,
+            V: tl.constexpr):
+    """(gla.4) k̂ = k ⊙ exp(b_L − b) in v's dtype ([rows, BK]) and v ([rows, BV]); masked rows are 0."""
+    b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+    b_k = _tile(k, rows, m_t, i_h, o_k, m_k, H, K)
+    b_v = tl.load(v + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
+    return (b_k * _exp(b_bL[None, :] - b_b)).to(b_v.dtype), b_v  # masked rows: k = 0
+
+
 @triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": _prune_sweep("v")})
 @triton.jit
@@ -175,14 +210,12 @@ def chunk_h_kernel(k, v, b, h0, cu_seqlens, bounds,  # inputs
         i_s = first_slot + c
         tl.store(hs + (i_s * H + i_h) * K * V + p_state, b_h, mask=m_h)
         start, end = _sweep_chunk(cu_seqlens, i_nh // H, c, BT)
-        rows = start + tl.arange(0, BT)
-        m_t = rows < end
-        b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)  # [BT, BK]
         b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)  # [BK]
-        b_k = _tile(k, rows, m_t, i_h, o_k, m_k, H, K)
-        b_v = tl.load(v + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
-        b_khat = (b_k * _exp(b_bL[None, :] - b_b)).to(b_v.dtype)  # rows past the end: k = 0
-        b_h = b_h * _exp(b_bL)[:, None] + tl.dot(tl.trans(b_khat), b_v, input_precision=F32_DOT)
+        rows0, m_t0 = _half_rows(start, end, 0, BT)
+        rows1, m_t1 = _half_rows(start, end, 1, BT)
+        b_khat0, b_v0 = _khat_v(k, v, b, b_bL, rows0, m_t0, i_h, o_k, m_k, o_v, m_v, H, K, V)
+        b_khat1, b_v1 = _khat_v(k, v, b, b_bL, rows1, m_t1, i_h, o_k, m_k, o_v, m_v, H, K, V)
+        b_h = b_h * _exp(b_bL)[:, None] + _chunk_product(b_khat0, b_v0, b_khat1, b_v1, F32_DOT)
     tl.store(ht + i_nh * K * V + p_state, b_h, mask=m_h)
 
 
@@ -410,6 +443,15 @@ def chunk_o_kernel(q, k, v, b, hs, A, bounds,  # inputs
 # ----------------------------------------------------------------------------- backward
 
 
+@triton.jit
+def _qbar_do(q, do, b, scale, rows, m_t, i_h, o_k, m_k, o_v, m_v, H: tl.constexpr, K: tl.constexpr,
+             V: tl.constexpr):
+    """(gla.7) q̄ = scale · q ⊙ exp(b) in do's dtype ([rows, BK]) and do ([rows, BV]); masked rows are 0."""
+    b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
+    b_qbar = _tile(q, rows, m_t, i_h, o_k, m_k, H, K) * _exp(_tile(b, rows, m_t, i_h, o_k, m_k, H, K)) * scale
+    return b_qbar.to(b_do.dtype), b_do
+
+
 @triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": _prune_sweep("do")})
 @triton.jit
@@ -425,14 +467,12 @@ def chunk_dh_kernel(q, do, b, dht, cu_seqlens, bounds,  # inputs
         i_s = first_slot + n_chunks - 1 - c_rev
         tl.store(dhs + (i_s * H + i_h) * K * V + p_state, b_dh, mask=m_h)
         start, end = _sweep_chunk(cu_seqlens, i_nh // H, n_chunks - 1 - c_rev, BT)
-        rows = start + tl.arange(0, BT)
-        m_t = rows < end
-        b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :],
-                       other=0.0)
         b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)
-        b_qbar = (_tile(q, rows, m_t, i_h, o_k, m_k, H, K) * _exp(_tile(b, rows, m_t, i_h, o_k, m_k, H, K))
-                  * scale).to(b_do.dtype)
-        b_dh = b_dh * _exp(b_bL)[:, None] + tl.dot(tl.trans(b_qbar), b_do, input_precision=F32_DOT)
+        rows0, m_t0 = _half_rows(start, end, 0, BT)
+        rows1, m_t1 = _half_rows(start, end, 1, BT)
+        b_qbar0, b_do0 = _qbar_do(q, do, b, scale, rows0, m_t0, i_h, o_k, m_k, o_v, m_v, H, K, V)
+        b_qbar1, b_do1 = _qbar_do(q, do, b, scale, rows1, m_t1, i_h, o_k, m_k, o_v, m_v, H, K, V)
+        b_dh = b_dh * _exp(b_bL)[:, None] + _chunk_product(b_qbar0, b_do0, b_qbar1, b_do1, F32_DOT)
     tl.store(dh0 + i_nh * K * V + p_state, b_dh, mask=m_h)
 
 
