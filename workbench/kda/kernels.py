@@ -477,28 +477,13 @@ def _A_part(A, start, end, i_h, o_r, o_c, H: tl.constexpr, BT: tl.constexpr, A_T
 
 
 @triton.jit
-def _A_used_rows(A, start, end, i_h, j0, H: tl.constexpr, BT: tl.constexpr, A_T_POINTER: tl.constexpr,
-                 TRANS_A: tl.constexpr):
-    """Rows j0 … j0+15 ([16, BT]) of the tile as `_as_used` gives it (wrapped in tl.trans when TRANS_A)."""
-    o_t = tl.arange(0, BT)
-    o_j = j0 + tl.arange(0, 16)
+def _A_used(A, start, end, i_h, o_r, o_c, H: tl.constexpr, BT: tl.constexpr, A_T_POINTER: tl.constexpr,
+            TRANS_A: tl.constexpr):
+    """Rows o_r, columns o_c of the tile as `_as_used` gives it (wrapped in tl.trans when TRANS_A)."""
     if TRANS_A:
-        b = tl.trans(_A_part(A, start, end, i_h, o_t, o_j, H, BT, A_T_POINTER))
+        b = tl.trans(_A_part(A, start, end, i_h, o_c, o_r, H, BT, A_T_POINTER))
     else:
-        b = _A_part(A, start, end, i_h, o_j, o_t, H, BT, A_T_POINTER)
-    return b
-
-
-@triton.jit
-def _A_used_cols(A, start, end, i_h, j0, H: tl.constexpr, BT: tl.constexpr, A_T_POINTER: tl.constexpr,
-                 TRANS_A: tl.constexpr):
-    """Columns j0 … j0+15 ([BT, 16]) of the tile as `_as_used` gives it."""
-    o_t = tl.arange(0, BT)
-    o_j = j0 + tl.arange(0, 16)
-    if TRANS_A:
-        b = tl.trans(_A_part(A, start, end, i_h, o_j, o_t, H, BT, A_T_POINTER))
-    else:
-        b = _A_part(A, start, end, i_h, o_t, o_j, H, BT, A_T_POINTER)
+        b = _A_part(A, start, end, i_h, o_r, o_c, H, BT, A_T_POINTER)
     return b
 
 
@@ -519,7 +504,7 @@ def _store_dL(dL, A, b_dA, start, end, i_h, H: tl.constexpr, BT: tl.constexpr, A
     b_M = tl.zeros([BT, BT], tl.float32)
     for jj in range(0, BT // 16):
         b_dAj = tl.load(p_rows + jj * 16 + o_16[None, :], mask=m_t[:, None], other=0.0)  # dA[:, j] [BT, 16]
-        b_M += tl.dot(b_dAj, _A_used_rows(A, start, end, i_h, jj * 16, H, BT, A_T_POINTER, TRANS_A),
+        b_M += tl.dot(b_dAj, _A_used(A, start, end, i_h, jj * 16 + o_16, o_t, H, BT, A_T_POINTER, TRANS_A),
                       input_precision="ieee")  # disputed: dA Aᵀ
     tl.debug_barrier()  # every slice of dA read before M replaces it
     tl.store(p_rows + o_t[None, :], b_M, mask=m_t[:, None])
@@ -529,7 +514,7 @@ def _store_dL(dL, A, b_dA, start, end, i_h, H: tl.constexpr, BT: tl.constexpr, A
         o_j = jj * 16 + o_16
         b_Mj = tl.load(dL + ((start + o_j)[:, None] * H + i_h) * BT + o_t[None, :],
                        mask=((start + o_j) < end)[:, None], other=0.0)  # M[j, :] [16, BT]
-        b_dL += tl.dot(_A_used_cols(A, start, end, i_h, jj * 16, H, BT, A_T_POINTER, TRANS_A), b_Mj,
+        b_dL += tl.dot(_A_used(A, start, end, i_h, o_t, o_j, H, BT, A_T_POINTER, TRANS_A), b_Mj,
                        input_precision="ieee")  # disputed: Aᵀ M
     tl.debug_barrier()  # every slice of M read before dL replaces it
     tl.store(p_rows + o_t[None, :], tl.where((o_t[:, None] > o_t[None, :]) & m_t[:, None] & m_t[None, :], -b_dL, 0.0),
