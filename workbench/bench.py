@@ -464,11 +464,14 @@ def _chunk_kda_bench() -> OpBench:
         max_T={"reference": (32768, "the reference's autodiff (13 GiB at 32k by XLA's memory analysis, 26 GiB "
                                     "at 64k) on top of every other contender's buffers")},
         error_sources=("fla.ops.kda.chunk_kda",),
-        variants={"unfused backward": {"tuning": Tuning(fused_backward=False)}},
+        variants={"unfused backward": {"tuning": Tuning(fused_backward=False)},
+                  "sub-chunk products": {"tuning": Tuning(whole_chunk=False)}},
         notes={"gate_strength": 0.5, "keys": "L2-normalised", "chunk_size": 64,
                "targets_ms": {"target": {"forward": 1.75, "forward_backward": 10.0}},
                "fused_vs_unfused": "forward_backward of triton vs triton[unfused backward]: same forward, the "
-                                   "difference is the fused WY + dq/dk/dg kernel against its two halves"},
+                                   "difference is the fused WY + dq/dk/dg kernel against its two halves",
+               "whole_chunk": "triton vs triton[sub-chunk products]: L, Aqk and their backward from whole-chunk "
+                              "products (kda.17) against sub-chunk products"},
     )
 
 

@@ -367,6 +367,79 @@ def test_kda_16():
         single["Aqk"], _own_block_direct(b, q, k, beta, dAqk, dL, 16)["Aqk"], rtol=1e-3, atol=1e-6)
 
 
+def _whole_chunk_terms(b, q, k, beta, dAqk, dL, dtype):
+    """(kda.17) L, Aqk and the backward's dq°, Y, dk°, Z of one chunk from whole-chunk products through
+    b_mid = (b_0 + b_last) / 2, every operand formed in `dtype` as the kernels form it; and the factors."""
+    c = lambda x: np.asarray(x, dtype)  # noqa: E731
+    n = len(q)
+    d = c(b) - (c(0.5) * (c(b[0]) + c(b[-1])))
+    up, down = np.exp(d), np.exp(-d)
+    kcol = c(k) * down
+    strict = np.tril(np.ones((n, n), bool), -1)
+    Aqk = np.where(np.tril(np.ones((n, n), bool)), SCALE * ((c(q) * up) @ kcol.T), 0.0)
+    L = np.where(strict, c(beta)[:, None] * ((c(k) * up) @ kcol.T), 0.0)
+    dA, dl = np.where(strict, c(dAqk), 0), np.where(strict, c(dL), 0)
+    dq = SCALE * up * (dA @ kcol)
+    Y = up * (dl @ kcol)
+    dk = SCALE * down * (dA.T @ (c(q) * up))
+    Z = down * (dl.T @ (c(beta)[:, None] * c(k) * up))
+    return dict(Aqk=Aqk, L=L, dq=dq, Y=Y, dk=dk, Z=Z), (up, down)
+
+
+def test_kda_17():
+    """(kda.17) Where a chunk's span ρ_C = max_k (b_0 − b_last) is at most WHOLE_RANGE, L and Aqk (and the
+    backward's dq°, Y, dk°, Z) come from whole-chunk products through b_mid = (b_0 + b_last)/2, every
+    factor in [e^−ρ_C/2, e^ρ_C/2]. In float64 they equal the direct forms; in float32 each entry is
+    within a few times the error of the direct float32 form (both start from b in float32). Beyond
+    float32's range (ρ_C/2 > 88) a factor overflows, which is why the span is bounded."""
+    from workbench.kda.kernels import WHOLE_RANGE
+
+    rng = np.random.default_rng(17)
+    n_rows, Kd = 64, 8
+    q, k = rng.standard_normal((n_rows, Kd)), rng.standard_normal((n_rows, Kd)) / np.sqrt(Kd)
+    beta = rng.uniform(0.1, 1.0, n_rows)
+    dAqk = np.tril(rng.standard_normal((n_rows, n_rows)))
+    dL = np.tril(rng.standard_normal((n_rows, n_rows)), -1)
+    strict = np.tril(np.ones((n_rows, n_rows), bool), -1)
+
+    def direct(b, dtype):
+        c = lambda x: np.asarray(x, dtype)  # noqa: E731
+        E = np.exp(c(b)[:, None] - c(b)[None, :])  # [r, s, K]
+        dA, dl = np.where(strict, c(dAqk), 0), np.where(strict, c(dL), 0)
+        return dict(Aqk=np.where(np.tril(np.ones((n_rows, n_rows), bool)),
+                                 SCALE * np.einsum("rk,sk,rsk->rs", c(q), c(k), E), 0.0),
+                    L=np.where(strict, c(beta)[:, None] * np.einsum("rk,sk,rsk->rs", c(k), c(k), E), 0.0),
+                    dq=SCALE * np.einsum("rs,sk,rsk->rk", dA, c(k), E), Y=np.einsum("rs,sk,rsk->rk", dl, c(k), E),
+                    dk=SCALE * np.einsum("rs,rk,rsk->sk", dA, c(q), E),
+                    Z=np.einsum("rs,rk,rsk->sk", dl, c(beta)[:, None] * c(k), E))
+
+    for per_step in (0.02, 0.4, 0.9):  # chunk spans of ~1.3, ~25, ~57 over 64 rows
+        g = (-per_step * rng.uniform(0.9, 1.0, (n_rows, Kd))).astype(np.float32)
+        b64 = np.cumsum(g.astype(np.float64), axis=0)
+        b = np.cumsum(g, axis=0).astype(np.float64)  # b as the kernels hold it: a float32 prefix sum
+        span = float(np.max(b[0] - b[-1]))
+        assert span <= WHOLE_RANGE, span
+        exact, _ = _whole_chunk_terms(b64, q, k, beta, dAqk, dL, np.float64)
+        want, want32 = direct(b64, np.float64), direct(b, np.float32)
+        single, factors = _whole_chunk_terms(b, q, k, beta, dAqk, dL, np.float32)
+        for f in factors:
+            assert f.min() >= np.exp(-span / 2) * (1 - 1e-5) and f.max() <= np.exp(span / 2) * (1 + 1e-5)
+        for name in want:
+            assert_close(exact[name], want[name])
+            # float32, both from the float32 prefix sums b: an exponent x rounds to a relative error of
+            # about x·ε in its factor, up to span/2 here; b's own rounding costs the direct form as much
+            size = np.max(np.abs(want[name]))
+            err = np.max(np.abs(single[name] - want[name])) / size
+            err_direct = np.max(np.abs(want32[name] - want[name])) / size
+            print(f"kda.17 span {span:5.1f} {name:>3s}: float32 whole-chunk {err:.1e}, direct {err_direct:.1e}")
+            assert err <= 2 * err_direct, (name, per_step, err, err_direct)
+    # the reason for the bound: at a span of ~640 (log-decays of −10 per step) a factor overflows float32
+    b = np.cumsum(-10.0 * np.ones((n_rows, Kd)), axis=0)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        _, (up, down) = _whole_chunk_terms(b, q, k, beta, dAqk, dL, np.float32)
+    assert not np.all(np.isfinite(up)) and not np.all(np.isfinite(down))
+
+
 # ----------------------------------------------------------------------------- the inverse and its layout
 
 

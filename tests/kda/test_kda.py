@@ -171,23 +171,68 @@ def test_pinned_regressions(case):
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=lambda d: jnp.dtype(d).name)
-def test_own_block_product_and_elementwise_path_in_one_call(dtype):
-    """(kda.16) In one chunk of 64, sub-chunks whose log-decays span just under DIRECT_RANGE take their own
-    block in the sub-chunk products, those just over the elementwise path (forward L and Aqk, and the
-    backward); all against the float64 oracle."""
+def test_every_intra_path_in_one_call(dtype):
+    """Two chunks of 64. The first spans more than WHOLE_RANGE, so it goes by sub-chunks: (kda.16) those
+    whose log-decays span just under DIRECT_RANGE take their own block in the sub-chunk products, those
+    just over the elementwise path (forward L and Aqk, and the backward). The second spans just under
+    WHOLE_RANGE: (kda.17) whole-chunk products with factors up to e^(0.97 · 30). All against the float64
+    oracle."""
     from workbench.chunk_gla.kernels import DIRECT_RANGE
+    from workbench.kda.kernels import WHOLE_RANGE
 
-    T, K = 64, 16
+    T, K = 128, 16
     inputs = kda_inputs(41, 1, T, 1, K, 16, dtype=dtype, key_scale=1.0)
-    # per-step log-decays: rows 0-15 span ~0.9 ρ, rows 16-31 ~1.1 ρ, rows 32-47 ~0.3 ρ, rows 48-63 ~3 ρ
-    per_step = np.repeat(np.array([0.9, 1.1, 0.3, 3.0]) * DIRECT_RANGE / 15, 16)
+    # per-step log-decays: rows 0-15 span ~0.9 ρ, rows 16-31 ~1.1 ρ, rows 32-47 ~0.3 ρ, rows 48-63 ~3 ρ;
+    # rows 64-127 ~0.97 WHOLE_RANGE in all
+    per_step = np.concatenate([np.repeat(np.array([0.9, 1.1, 0.3, 3.0]) * DIRECT_RANGE / 15, 16),
+                               np.full(64, 0.97 * WHOLE_RANGE / 63)])
     g = -(per_step[:, None] * np.random.default_rng(42).uniform(0.9, 1.0, (T, K)))
+    g[64:, 0] = -per_step[64:]  # one key column at the full rate
     inputs["g"] = jnp.asarray(g[None, :, None, :], dtype)
     b = np.cumsum(np.asarray(inputs["g"], np.float64)[0, :, 0], axis=0)
-    spans = [float(np.max(b[i] - b[i + 15])) for i in range(0, T, 16)]
+    spans = [float(np.max(b[i] - b[i + 15])) for i in range(0, 64, 16)]
     assert spans[0] < DIRECT_RANGE < spans[1] and spans[2] < DIRECT_RANGE < spans[3], spans
+    chunk_spans = [float(np.max(b[0] - b[63])), float(np.max(b[64] - b[127]))]
+    assert chunk_spans[0] > WHOLE_RANGE > chunk_spans[1] > 0.95 * WHOLE_RANGE, chunk_spans
     kernel = check_against_oracle(inputs, 43, chunk_size=64)
     assert all(bool(jnp.all(jnp.isfinite(x.astype(jnp.float32)))) for x in kernel.values())
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=lambda d: jnp.dtype(d).name)
+def test_whole_chunk_products_equal_sub_chunk_products(dtype):
+    """(kda.17) Whole-chunk products = sub-chunk products (`Tuning(whole_chunk=False)`): the forward's L
+    (so A) and Aqk, and every output and gradient, round by round over the distinct configs of both intra
+    kernels: a full chunk of 64 and a short one, mild gates (every chunk takes the whole-chunk path by
+    default)."""
+    from workbench import kda
+
+    from workbench.kda.kernels import WHOLE_RANGE
+
+    inputs = kda_inputs(5, 1, 70, 1, 24, 16, dtype=dtype, strength=0.5)
+    b = np.cumsum(np.asarray(inputs["g"], np.float64)[0, :64, 0], axis=0)
+    assert 0.5 * WHOLE_RANGE < np.max(b[0] - b[63]) < WHOLE_RANGE
+    cts = cotangents(6, inputs)
+    rows = [inputs[n][0] for n in ("q", "k", "v", "g", "beta")]
+    cu = jnp.asarray([0, 70], jnp.int32)
+    forward = jax.jit(kda._forward, static_argnums=7)
+    # bfloat16: both sides round the same float32 sums, which differ in their last bits, to bfloat16
+    tol = EXACT if dtype == jnp.float32 else 4e-3
+    names = ("chunk_kda_intra_kernel", "chunk_kda_bwd_intra_kernel")
+    distinct = [sorted({tuple(sorted(c.kwargs.items())): i
+                        for i, c in enumerate(launch.autotune_configs(getattr(kernels, n)))}.values()) for n in names]
+    for round_ in range(max(map(len, distinct))):
+        with contextlib.ExitStack() as stack:
+            for name, indices in zip(names, distinct):
+                stack.enter_context(launch.interpreter_config(getattr(kernels, name), indices[min(round_, len(indices) - 1)]))
+            (_, _, (_, A, Aqk, *_)), (_, _, (_, A_sub, Aqk_sub, *_)) = (
+                forward(*rows, inputs["initial_state"], cu, kda._Static(scale=0.3, chunk_size=64, tuning=Tuning(whole_chunk=w)))
+                for w in (True, False))
+            whole = outputs_and_grads(inputs, cts, chunk_size=64)
+            sub = outputs_and_grads(inputs, cts, chunk_size=64, tuning=Tuning(whole_chunk=False))
+        for name, got, want in (("A", A, A_sub), ("Aqk", Aqk, Aqk_sub), *((n, whole[n], sub[n]) for n in sub)):
+            err = testing.rms_rel(got, want)
+            print(f"round {round_} {name}: whole vs sub-chunk {err:.1e}")
+            assert err <= (EXACT if name == "A" else tol), (round_, name, err)
 
 
 # ----------------------------------------------------------------------------- laws

@@ -51,10 +51,14 @@ class Tuning:
         gradient bisected.
     fused_backward: (chunk_kda) True runs the WY backward and the state parts of dq/dk/dg in one
         kernel; False in two, dw passing through memory (for timing the fusion).
+    whole_chunk: (chunk_kda) True forms L and Aqk of a chunk whose log-decays span at most
+        `kernels.WHOLE_RANGE` with two whole-chunk products, and their backward with four (NOTES.md,
+        kda.17); False always sub-chunk by sub-chunk (for testing that path on mild gates, and timing).
     """
 
     backward: Literal["triton", "reference"] = "triton"
     fused_backward: bool = True
+    whole_chunk: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,8 +190,9 @@ def _forward(q, k, v, g, beta, h0, cu, static: _Static):
     b = triton_call(g, bounds, kernel=kernels.chunk_cumsum_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, K), f32),
                     grid=(NS, H), name="workbench_kda_cumsum", **common)
     A, Aqk = triton_call(q, k, b, beta, bounds, kernel=kernels.chunk_kda_intra_kernel,
-                         out_shape=[jax.ShapeDtypeStruct((TT, H, BT), f32)] * 2, grid=(NS, H),
-                         name="workbench_kda_intra", scale=static.scale, F32_DOT=_f32_dot(q), **common)
+                         out_shape=[jax.ShapeDtypeStruct((TT, H, BT), f32), jax.ShapeDtypeStruct((TT, H, BT), q.dtype)],
+                         grid=(NS, H), name="workbench_kda_intra", scale=static.scale, F32_DOT=_f32_dot(q),
+                         WHOLE_SPAN=kernels.WHOLE_RANGE if static.tuning.whole_chunk else -1.0, **common)
     w, u = triton_call(k, v, b, beta, A, bounds, kernel=kernels.chunk_kda_wu_kernel,
                        out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
                        grid=(NS, H), name="workbench_kda_wu", V=V, F32_DOT=_f32_dot(q), **common)
@@ -243,7 +248,8 @@ def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static):
     dq, dk, dg, dbeta = triton_call(
         q, k, b, beta, dAqk, dL, dq_s, dk_s, dg_s, dbeta_s, bounds, kernel=kernels.chunk_kda_bwd_intra_kernel,
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype), rows_k, rows_1],
-        grid=(NS, H), name="workbench_kda_bwd_intra", scale=static.scale, **common)
+        grid=(NS, H), name="workbench_kda_bwd_intra", scale=static.scale,
+        WHOLE_SPAN=kernels.WHOLE_RANGE if static.tuning.whole_chunk else -1.0, **common)
     return dq, dk, dv, dg, dbeta, dh0
 
 

@@ -3,13 +3,13 @@
 Every chunked kernel sees packed sequences (`[TT, H, ·]` rows) cut into chunks of BT rows, in the
 chunk slots of `workbench.chunk_gla` (`bounds[slot] = (start, end)` rows, start = end for an unused
 slot; per-chunk states stored by slot). The per-chunk matrices A, Aqk, dAqk and dL are stored
-`[TT, H, BT]` float32: row r of its chunk's matrix at the row of token r, columns by position in the
+`[TT, H, BT]` (float32, but Aqk in the inputs' dtype, which its products round it to): row r of its chunk's matrix at the row of token r, columns by position in the
 chunk (NOTES.md, "Where A lives").
 
 chunked forward
 * `chunk_cumsum_kernel` (chunk_gla's): b, chunk-local prefix sums of the log-decays (kda.2).
-* `chunk_kda_intra_kernel` (slot, head): L and Aqk (kda.3, kda.6; the own block by kda.16 where it
-  can), then A = (I + L)⁻¹ in place by blocked forward substitution (kda.5).
+* `chunk_kda_intra_kernel` (slot, head): L and Aqk (kda.3, kda.6; whole-chunk products by kda.17 where
+  the decays allow, else by sub-chunks, the own block by kda.16 where it can), then A = (I + L)⁻¹ in place by blocked forward substitution (kda.5).
 * `chunk_kda_wu_kernel` (slot, head): the WY vectors w, u (kda.3).
 * `chunk_kda_h_kernel` (V block, sequence·head): the state sweep, δ = u − w h (kda.4).
 * `chunk_kda_o_kernel` (V block, slot, head): o = q̄ h + Aqk δ (kda.6).
@@ -46,6 +46,9 @@ __all__ = ["chunk_cumsum_kernel", "chunk_kda_intra_kernel", "chunk_kda_wu_kernel
 
 LOG2_BC = tl.constexpr(SUB_CHUNK.bit_length() - 1)  # BC = 2^LOG2_BC
 CHUNK = 64  # steps between the recurrent forward's checkpoints; passed as a constexpr
+# (kda.17) a chunk whose log-decays span at most this forms L and Aqk in two whole-chunk products through
+# the midpoint of b: every factor within e^±30 (the target's chunks of 64 span 46–50)
+WHOLE_RANGE = 60.0
 
 
 def _block_configs():
@@ -133,12 +136,14 @@ def _intra_configs():
                  prune_configs_by={"early_config_prune": _prune("BKC", "q")})
 @triton.jit
 def chunk_kda_intra_kernel(q, k, b, beta, bounds,  # inputs
-                           A, Aqk,  # outputs [TT, H, BT] float32
+                           A, Aqk,  # outputs [TT, H, BT]: A float32, Aqk in the inputs' dtype
                            scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                           BK: tl.constexpr, BKC: tl.constexpr, F32_DOT: tl.constexpr):
-    """(kda.3, kda.6) L and Aqk sub-chunk by sub-chunk (the own block in the same product where its
-    log-decays span at most RHO, kda.16, else elementwise), then (kda.5) A = (I + L)⁻¹ in place.
-    BK covers all of K (the span, the elementwise path); the products run over key blocks of BKC."""
+                           BK: tl.constexpr, BKC: tl.constexpr, F32_DOT: tl.constexpr, WHOLE_SPAN: tl.constexpr):
+    """(kda.3, kda.6) L and Aqk, then (kda.5) A = (I + L)⁻¹ in place. Where the chunk's log-decays span
+    at most WHOLE_SPAN (kda.17) both come from two whole-chunk products through the midpoint of b;
+    otherwise sub-chunk by sub-chunk (the own block in the same product where its log-decays span at
+    most RHO, kda.16, else elementwise). BK covers all of K (the spans, the elementwise path); the
+    products run over key blocks of BKC."""
     i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
     start, end = _chunk(bounds, i_s)
     if start >= end:
@@ -149,53 +154,74 @@ def chunk_kda_intra_kernel(q, k, b, beta, bounds,  # inputs
     rows = start + o_t
     m_t = rows < end
     o_c = tl.arange(0, BC)
-    for i_sub in range(0, BT // BC):  # a device loop: one sub-chunk's tiles live at a time
-        own0 = i_sub * BC
-        rows_i = start + own0 + o_c
-        m_i = rows_i < end
-        row_n = tl.minimum(start + own0, end - 1)  # the sub-chunk's first row n and last valid row m
-        row_m = tl.minimum(start + own0 + BC, end) - 1
-        b_betai = tl.load(beta + rows_i * H + i_h, mask=m_i, other=0.0).to(tl.float32)  # [BC]
-        # earlier sub-chunks through the reference row n: both factors ≤ 1; (kda.16) where the
-        # sub-chunk's log-decays span at most RHO (b_n − b_m in every key column), its own keys join the
-        # same product (exp(b_n − b_s) ≤ exp(RHO)), masked to s ≤ r (Aqk), s < r (L) afterwards
-        b_bm = _row(b, row_m, i_h, o_kf, m_kf, H, K)
-        direct = tl.max(_row(b, row_n, i_h, o_kf, m_kf, H, K) - b_bm, axis=0) <= RHO
-        keys = (o_t < tl.where(direct, own0 + BC, own0)) & m_t
-        b_Aqk = tl.zeros([BC, BT], tl.float32)
-        b_L = tl.zeros([BC, BT], tl.float32)
+    span = tl.max(_row(b, start, i_h, o_kf, m_kf, H, K) - _row(b, end - 1, i_h, o_kf, m_kf, H, K), axis=0)
+    if span <= WHOLE_SPAN:
+        # (kda.17) every factor exp(±(b − b_mid)) within e^(WHOLE_SPAN / 2); rows past the end are 0
+        b_Aqk = tl.zeros([BT, BT], tl.float32)
+        b_L = tl.zeros([BT, BT], tl.float32)
         for i_k in range(0, tl.cdiv(K, BKC)):
             o_k = i_k * BKC + tl.arange(0, BKC)
             m_k = o_k < K
-            b_bn = _row(b, row_n, i_h, o_k, m_k, H, K)
-            b_en = _exp(tl.where(m_i[:, None], _tile(b, rows_i, m_i, i_h, o_k, m_k, H, K) - b_bn[None, :], 0.0))
-            b_kn = _tile(k, rows, keys, i_h, o_k, m_k, H, K)  # [BT, BKC], 0 outside the keys
-            b_kn *= _exp(tl.where(keys[:, None], b_bn[None, :] - _tile(b, rows, keys, i_h, o_k, m_k, H, K), 0.0))
-            b_Aqk += tl.dot(_tile(q, rows_i, m_i, i_h, o_k, m_k, H, K) * b_en, tl.trans(b_kn), input_precision=F32_DOT)
-            b_L += tl.dot(_tile(k, rows_i, m_i, i_h, o_k, m_k, H, K) * b_en, tl.trans(b_kn), input_precision=F32_DOT)
-        o_r = o_c + own0  # the rows' positions in the chunk
-        b_Aqk = tl.where(o_t[None, :] <= o_r[:, None], b_Aqk * scale, 0.0)
-        b_L = tl.where(o_t[None, :] < o_r[:, None], b_L * b_betai[:, None], 0.0)
-        # every column, but the own block only when direct (otherwise it is written below)
-        kept = m_i[:, None] & ((o_t < own0) | (o_t >= tl.where(direct, own0, own0 + BC)))[None, :]
-        p_i = (rows_i[:, None] * H + i_h) * BT
-        tl.store(Aqk + p_i + o_t[None, :], b_Aqk, mask=kept)
-        tl.store(A + p_i + o_t[None, :], b_L, mask=kept)
-        if not direct:
-            # the sub-chunk's own block, elementwise one key column j at a time (every kept exponent ≤ 0);
-            # rows past the chunk's end read q = k = 0 and b = b_m
-            b_qi = _tile(q, rows_i, m_i, i_h, o_kf, m_kf, H, K)
-            b_ki = _tile(k, rows_i, m_i, i_h, o_kf, m_kf, H, K)
-            b_bi = tl.where(m_i[:, None], _tile(b, rows_i, m_i, i_h, o_kf, m_kf, H, K), b_bm[None, :])
-            b_Aqk_own = tl.zeros([BC, BC], tl.float32)
-            b_L_own = tl.zeros([BC, BC], tl.float32)
-            for j in range(0, BC):
-                b_Aqk_own, b_L_own = _own_column_fwd(b_Aqk_own, b_L_own, j, k, b, start + own0, end, b_qi, b_ki, b_bi,
-                                                     b_bm, i_h, o_kf, m_kf, H, K)
-            b_Aqk_own *= scale
-            b_L_own = tl.where(o_c[:, None] > o_c[None, :], b_L_own * b_betai[:, None], 0.0)
-            tl.store(Aqk + p_i + own0 + o_c[None, :], b_Aqk_own, mask=m_i[:, None])
-            tl.store(A + p_i + own0 + o_c[None, :], b_L_own, mask=m_i[:, None])
+            b_mid = 0.5 * (_row(b, start, i_h, o_k, m_k, H, K) + _row(b, end - 1, i_h, o_k, m_k, H, K))
+            b_d = tl.where(m_t[:, None], _tile(b, rows, m_t, i_h, o_k, m_k, H, K) - b_mid[None, :], 0.0)
+            b_k = _tile(k, rows, m_t, i_h, o_k, m_k, H, K)
+            b_kcol = tl.trans(b_k * _exp(-b_d))  # [BKC, BT]: k_s exp(b_mid − b_s)
+            b_up = _exp(b_d)  # exp(b_r − b_mid)
+            b_Aqk += tl.dot(_tile(q, rows, m_t, i_h, o_k, m_k, H, K) * b_up, b_kcol, input_precision=F32_DOT)
+            b_L += tl.dot(b_k * b_up, b_kcol, input_precision=F32_DOT)
+        b_beta = tl.load(beta + rows * H + i_h, mask=m_t, other=0.0).to(tl.float32)
+        p_t = (rows[:, None] * H + i_h) * BT + o_t[None, :]
+        tl.store(Aqk + p_t, tl.where(o_t[None, :] <= o_t[:, None], b_Aqk * scale, 0.0).to(Aqk.dtype.element_ty),
+                 mask=m_t[:, None])
+        tl.store(A + p_t, tl.where(o_t[None, :] < o_t[:, None], b_L * b_beta[:, None], 0.0), mask=m_t[:, None])
+    else:
+        for i_sub in range(0, BT // BC):  # a device loop: one sub-chunk's tiles live at a time
+            own0 = i_sub * BC
+            rows_i = start + own0 + o_c
+            m_i = rows_i < end
+            row_n = tl.minimum(start + own0, end - 1)  # the sub-chunk's first row n and last valid row m
+            row_m = tl.minimum(start + own0 + BC, end) - 1
+            b_betai = tl.load(beta + rows_i * H + i_h, mask=m_i, other=0.0).to(tl.float32)  # [BC]
+            # earlier sub-chunks through the reference row n: both factors ≤ 1; (kda.16) where the
+            # sub-chunk's log-decays span at most RHO (b_n − b_m in every key column), its own keys join the
+            # same product (exp(b_n − b_s) ≤ exp(RHO)), masked to s ≤ r (Aqk), s < r (L) afterwards
+            b_bm = _row(b, row_m, i_h, o_kf, m_kf, H, K)
+            direct = tl.max(_row(b, row_n, i_h, o_kf, m_kf, H, K) - b_bm, axis=0) <= RHO
+            keys = (o_t < tl.where(direct, own0 + BC, own0)) & m_t
+            b_Aqk = tl.zeros([BC, BT], tl.float32)
+            b_L = tl.zeros([BC, BT], tl.float32)
+            for i_k in range(0, tl.cdiv(K, BKC)):
+                o_k = i_k * BKC + tl.arange(0, BKC)
+                m_k = o_k < K
+                b_bn = _row(b, row_n, i_h, o_k, m_k, H, K)
+                b_en = _exp(tl.where(m_i[:, None], _tile(b, rows_i, m_i, i_h, o_k, m_k, H, K) - b_bn[None, :], 0.0))
+                b_kn = _tile(k, rows, keys, i_h, o_k, m_k, H, K)  # [BT, BKC], 0 outside the keys
+                b_kn *= _exp(tl.where(keys[:, None], b_bn[None, :] - _tile(b, rows, keys, i_h, o_k, m_k, H, K), 0.0))
+                b_Aqk += tl.dot(_tile(q, rows_i, m_i, i_h, o_k, m_k, H, K) * b_en, tl.trans(b_kn), input_precision=F32_DOT)
+                b_L += tl.dot(_tile(k, rows_i, m_i, i_h, o_k, m_k, H, K) * b_en, tl.trans(b_kn), input_precision=F32_DOT)
+            o_r = o_c + own0  # the rows' positions in the chunk
+            b_Aqk = tl.where(o_t[None, :] <= o_r[:, None], b_Aqk * scale, 0.0)
+            b_L = tl.where(o_t[None, :] < o_r[:, None], b_L * b_betai[:, None], 0.0)
+            # every column, but the own block only when direct (otherwise it is written below)
+            kept = m_i[:, None] & ((o_t < own0) | (o_t >= tl.where(direct, own0, own0 + BC)))[None, :]
+            p_i = (rows_i[:, None] * H + i_h) * BT
+            tl.store(Aqk + p_i + o_t[None, :], b_Aqk.to(Aqk.dtype.element_ty), mask=kept)
+            tl.store(A + p_i + o_t[None, :], b_L, mask=kept)
+            if not direct:
+                # the sub-chunk's own block, elementwise one key column j at a time (every kept exponent ≤ 0);
+                # rows past the chunk's end read q = k = 0 and b = b_m
+                b_qi = _tile(q, rows_i, m_i, i_h, o_kf, m_kf, H, K)
+                b_ki = _tile(k, rows_i, m_i, i_h, o_kf, m_kf, H, K)
+                b_bi = tl.where(m_i[:, None], _tile(b, rows_i, m_i, i_h, o_kf, m_kf, H, K), b_bm[None, :])
+                b_Aqk_own = tl.zeros([BC, BC], tl.float32)
+                b_L_own = tl.zeros([BC, BC], tl.float32)
+                for j in range(0, BC):
+                    b_Aqk_own, b_L_own = _own_column_fwd(b_Aqk_own, b_L_own, j, k, b, start + own0, end, b_qi, b_ki, b_bi,
+                                                         b_bm, i_h, o_kf, m_kf, H, K)
+                b_Aqk_own *= scale
+                b_L_own = tl.where(o_c[:, None] > o_c[None, :], b_L_own * b_betai[:, None], 0.0)
+                tl.store(Aqk + p_i + own0 + o_c[None, :], b_Aqk_own.to(Aqk.dtype.element_ty), mask=m_i[:, None])
+                tl.store(A + p_i + own0 + o_c[None, :], b_L_own, mask=m_i[:, None])
     tl.debug_barrier()  # L is read back below by other threads of this program
 
     # (kda.5) block row i of A: D_i (E_i − Σ_{j<i} L_ij A_j), D_i = (I + L_ii)⁻¹, rows of blocks in order
@@ -691,15 +717,16 @@ def _prune_intra(configs, named_args, **_):
 def chunk_kda_bwd_intra_kernel(q, k, b, beta, dAqk, dL, dq_in, dk_in, dg_in, dbeta_in, bounds,  # inputs
                                dq, dk, dg, dbeta,  # outputs: dq, dk in the inputs' dtype; dg, dβ float32
                                scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                               BK: tl.constexpr, F32_DOT: tl.constexpr):
+                               BK: tl.constexpr, F32_DOT: tl.constexpr, WHOLE_SPAN: tl.constexpr):
     """(kda.11–kda.13) What flows through Aqk and L: with e_rs = exp(b_r − b_s),
 
         dq°_r = scale Σ_{s<r} dAqk[r, s] k_s e_rs,   dk°_s = scale Σ_{r>s} dAqk[r, s] q_r e_rs,
         Y_r = Σ_{s<r} dL[r, s] k_s e_rs,             Z_s = Σ_{r>s} dL[r, s] β_r k_r e_rs,
 
     added to the inputs' dq, dk (with the diagonal of Aqk and β_r Y_r), dβ_r += k_r · Y_r, and
-    dg += Σ_{r≥t} P_r, P = q ⊙ dq° − k ⊙ dk° + k ⊙ β Y − k ⊙ Z (no diagonal term). Sub-chunks are
-    visited last first, carrying Σ P of the later ones; ratios as in the forward (both factors ≤ 1, or
+    dg += Σ_{r≥t} P_r, P = q ⊙ dq° − k ⊙ dk° + k ⊙ β Y − k ⊙ Z (no diagonal term). Per key block:
+    where its columns of b span at most WHOLE_SPAN (kda.17), four whole-chunk products through b_mid;
+    otherwise sub-chunks are visited last first, carrying Σ P of the later ones; ratios as in the forward (both factors ≤ 1, or
     within e^±RHO where a sub-chunk's own block joins the products, kda.16)."""
     i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
     start, end = _chunk(bounds, i_s)
@@ -714,67 +741,101 @@ def chunk_kda_bwd_intra_kernel(q, k, b, beta, dAqk, dL, dq_in, dk_in, dg_in, dbe
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
-        b_tail = tl.zeros([BK], tl.float32)  # Σ P over the later sub-chunks
-        for i_rev in range(0, BT // BC):  # a device loop: one sub-chunk's tiles live at a time
-            i_sub = BT // BC - 1 - i_rev
-            rows_i, m_i, b_qi, b_ki, b_bi, b_k, b_b, b_bn, b_bm = _intra_tiles(q, k, b, i_sub, start, end, i_h,
-                                                                               o_k, m_k, H, K, BT)
+        b_b0 = _row(b, start, i_h, o_k, m_k, H, K)
+        b_bl = _row(b, end - 1, i_h, o_k, m_k, H, K)
+        if tl.max(b_b0 - b_bl, axis=0) <= WHOLE_SPAN:
+            # (kda.17) the whole chunk at once through b_mid, every factor within e^(WHOLE_SPAN / 2)
+            b_d = tl.where(m_t[:, None], _tile(b, rows, m_t, i_h, o_k, m_k, H, K) - 0.5 * (b_b0 + b_bl)[None, :], 0.0)
+            b_up = _exp(b_d)  # exp(b_r − b_mid)
+            b_down = _exp(-b_d)  # exp(b_mid − b_s)
             b_q = _tile(q, rows, m_t, i_h, o_k, m_k, H, K)
-            b_betai = tl.load(beta + rows_i * H + i_h, mask=m_i, other=0.0).to(tl.float32)
-            p_rows = (rows_i[:, None] * H + i_h) * BT + o_t[None, :]  # this sub-chunk's rows [BC, BT]
-            p_cols = (rows[:, None] * H + i_h) * BT + i_sub * BC + o_c[None, :]  # its columns [BT, BC]
-            p_own = (rows_i[:, None] * H + i_h) * BT + i_sub * BC + o_c[None, :]  # its own block [BC, BC]
-            m_rows = m_i[:, None] & m_t[None, :]
-            m_cols = m_t[:, None] & m_i[None, :]
-            # rows of this sub-chunk against earlier keys, through its first row n; (kda.16) with a span of
-            # at most RHO in this block's key columns, its own keys s < r too (exp(b_n − b_s) ≤ exp(RHO))
-            own0 = i_sub * BC
-            o_r = o_c + own0  # the sub-chunk's positions in the chunk
-            direct = tl.max(b_bn - b_bm, axis=0) <= RHO
-            keys = o_t < tl.where(direct, own0 + BC, own0)
-            b_kn = tl.where(keys[:, None], b_k * _exp(tl.where(keys[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
-            b_en = _exp(b_bi - b_bn[None, :])
-            b_dAqk_r = tl.load(dAqk + p_rows, mask=m_rows, other=0.0)  # [BC, BT]
-            b_diag = tl.sum(tl.where(o_t[None, :] == o_r[:, None], b_dAqk_r, 0.0), axis=1)  # [BC] dAqk[r, r]
-            strict_rows = o_t[None, :] < o_r[:, None]  # s < r
-            b_dAqk_r = tl.where(strict_rows, b_dAqk_r, 0.0)
-            b_dL_r = tl.where(strict_rows, tl.load(dL + p_rows, mask=m_rows, other=0.0), 0.0)
-            b_dqs = b_en * tl.dot(b_dAqk_r, b_kn, input_precision=F32_DOT) * scale  # [BC, BK]
-            b_Y = b_en * tl.dot(b_dL_r, b_kn, input_precision=F32_DOT)
-            # keys of this sub-chunk against later rows, through its last row m; (kda.16) its own rows r > s
-            # too (exp(b_r − b_m) ≤ exp(RHO))
-            queries = o_t >= tl.where(direct, own0, own0 + BC)
-            b_xm = tl.where(queries[:, None], _exp(tl.where(queries[:, None], b_b - b_bm[None, :], 0.0)), 0.0)
-            b_em = _exp(b_bm[None, :] - b_bi)
-            strict_cols = o_t[:, None] > o_r[None, :]  # r > s
-            b_dAqk_c = tl.where(strict_cols, tl.load(dAqk + p_cols, mask=m_cols, other=0.0), 0.0)
-            b_dL_c = tl.where(strict_cols, tl.load(dL + p_cols, mask=m_cols, other=0.0), 0.0)
-            b_dks = b_em * tl.dot(tl.trans(b_dAqk_c), b_q * b_xm, input_precision=F32_DOT) * scale
-            b_Z = b_em * tl.dot(tl.trans(b_dL_c), b_k * b_beta[:, None] * b_xm, input_precision=F32_DOT)
-            if not direct:
-                # the own block, strictly below its diagonal, elementwise one row j at a time (every kept
-                # exponent ≤ 0): as a key, row j feeds the rows r > j; as a row, the keys s < j
-                b_dAqk_o = tl.load(dAqk + p_own, mask=m_i[:, None] & m_i[None, :], other=0.0)
-                b_dL_o = tl.load(dL + p_own, mask=m_i[:, None] & m_i[None, :], other=0.0)
-                for j in range(0, BC):
-                    b_dqs, b_dks, b_Y, b_Z = _own_row_bwd(b_dqs, b_dks, b_Y, b_Z, j, q, k, b, beta, start + own0, end,
-                                                          b_bi, b_bm, b_dAqk_o, b_dL_o, i_h, o_k, m_k, scale, H, K)
-            # (kda.13) P, every diagonal term left out
-            b_dkrow = b_Y * b_betai[:, None]
-            b_p = b_qi * b_dqs - b_ki * b_dks + b_ki * b_dkrow - b_ki * b_Z
-            p_i = (rows_i[:, None] * H + i_h) * K + o_k[None, :]
-            m_ik = m_i[:, None] & m_k[None, :]
-            b_dq = tl.load(dq_in + p_i, mask=m_ik, other=0.0) + b_dqs + scale * b_diag[:, None] * b_ki
-            b_dk = (tl.load(dk_in + p_i, mask=m_ik, other=0.0) + b_dks + scale * b_diag[:, None] * b_qi + b_dkrow
+            b_k = _tile(k, rows, m_t, i_h, o_k, m_k, H, K)
+            p_mat = (rows[:, None] * H + i_h) * BT + o_t[None, :]
+            m_mat = m_t[:, None] & m_t[None, :]
+            strict = o_t[None, :] < o_t[:, None]  # s < r
+            b_dAqk = tl.load(dAqk + p_mat, mask=m_mat, other=0.0)
+            b_diag = tl.sum(tl.where(o_t[None, :] == o_t[:, None], b_dAqk, 0.0), axis=1)  # dAqk[r, r]
+            b_dAqk = tl.where(strict, b_dAqk, 0.0)
+            b_dL = tl.where(strict, tl.load(dL + p_mat, mask=m_mat, other=0.0), 0.0)
+            b_kdown = b_k * b_down
+            b_dqs = b_up * tl.dot(b_dAqk, b_kdown, input_precision=F32_DOT) * scale
+            b_Y = b_up * tl.dot(b_dL, b_kdown, input_precision=F32_DOT)
+            b_dks = b_down * tl.dot(tl.trans(b_dAqk), b_q * b_up, input_precision=F32_DOT) * scale
+            b_Z = b_down * tl.dot(tl.trans(b_dL), b_k * (b_beta[:, None] * b_up), input_precision=F32_DOT)
+            b_dkrow = b_Y * b_beta[:, None]
+            b_p = b_q * b_dqs - b_k * b_dks + b_k * b_dkrow - b_k * b_Z  # (kda.13) P
+            p_k = (rows[:, None] * H + i_h) * K + o_k[None, :]
+            m_tk = m_t[:, None] & m_k[None, :]
+            b_dq = tl.load(dq_in + p_k, mask=m_tk, other=0.0) + b_dqs + scale * b_diag[:, None] * b_k
+            b_dk = (tl.load(dk_in + p_k, mask=m_tk, other=0.0) + b_dks + scale * b_diag[:, None] * b_q + b_dkrow
                     + b_Z)
-            b_dg = tl.load(dg_in + p_i, mask=m_ik, other=0.0) + tl.cumsum(b_p, axis=0, reverse=True) + b_tail[None, :]
-            b_tail += tl.sum(b_p, axis=0)
-            tl.store(dq + p_i, b_dq.to(dq.dtype.element_ty), mask=m_ik)
-            tl.store(dk + p_i, b_dk.to(dk.dtype.element_ty), mask=m_ik)
-            tl.store(dg + p_i, b_dg, mask=m_ik)
-            # (kda.12) dβ_r += k_r · Y_r, placed at this sub-chunk's rows of the chunk
-            b_dbi = tl.sum(b_ki * b_Y, axis=1)  # [BC]
-            b_dbeta += tl.sum(tl.where(o_t[None, :] == o_r[:, None], b_dbi[:, None], 0.0), axis=0)
+            b_dg = tl.load(dg_in + p_k, mask=m_tk, other=0.0) + tl.cumsum(b_p, axis=0, reverse=True)
+            tl.store(dq + p_k, b_dq.to(dq.dtype.element_ty), mask=m_tk)
+            tl.store(dk + p_k, b_dk.to(dk.dtype.element_ty), mask=m_tk)
+            tl.store(dg + p_k, b_dg, mask=m_tk)
+            b_dbeta += tl.sum(b_k * b_Y, axis=1)  # (kda.12)
+        else:
+            b_tail = tl.zeros([BK], tl.float32)  # Σ P over the later sub-chunks
+            for i_rev in range(0, BT // BC):  # a device loop: one sub-chunk's tiles live at a time
+                i_sub = BT // BC - 1 - i_rev
+                rows_i, m_i, b_qi, b_ki, b_bi, b_k, b_b, b_bn, b_bm = _intra_tiles(q, k, b, i_sub, start, end, i_h,
+                                                                                   o_k, m_k, H, K, BT)
+                b_q = _tile(q, rows, m_t, i_h, o_k, m_k, H, K)
+                b_betai = tl.load(beta + rows_i * H + i_h, mask=m_i, other=0.0).to(tl.float32)
+                p_rows = (rows_i[:, None] * H + i_h) * BT + o_t[None, :]  # this sub-chunk's rows [BC, BT]
+                p_cols = (rows[:, None] * H + i_h) * BT + i_sub * BC + o_c[None, :]  # its columns [BT, BC]
+                p_own = (rows_i[:, None] * H + i_h) * BT + i_sub * BC + o_c[None, :]  # its own block [BC, BC]
+                m_rows = m_i[:, None] & m_t[None, :]
+                m_cols = m_t[:, None] & m_i[None, :]
+                # rows of this sub-chunk against earlier keys, through its first row n; (kda.16) with a span of
+                # at most RHO in this block's key columns, its own keys s < r too (exp(b_n − b_s) ≤ exp(RHO))
+                own0 = i_sub * BC
+                o_r = o_c + own0  # the sub-chunk's positions in the chunk
+                direct = tl.max(b_bn - b_bm, axis=0) <= RHO
+                keys = o_t < tl.where(direct, own0 + BC, own0)
+                b_kn = tl.where(keys[:, None], b_k * _exp(tl.where(keys[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
+                b_en = _exp(b_bi - b_bn[None, :])
+                b_dAqk_r = tl.load(dAqk + p_rows, mask=m_rows, other=0.0)  # [BC, BT]
+                b_diag = tl.sum(tl.where(o_t[None, :] == o_r[:, None], b_dAqk_r, 0.0), axis=1)  # [BC] dAqk[r, r]
+                strict_rows = o_t[None, :] < o_r[:, None]  # s < r
+                b_dAqk_r = tl.where(strict_rows, b_dAqk_r, 0.0)
+                b_dL_r = tl.where(strict_rows, tl.load(dL + p_rows, mask=m_rows, other=0.0), 0.0)
+                b_dqs = b_en * tl.dot(b_dAqk_r, b_kn, input_precision=F32_DOT) * scale  # [BC, BK]
+                b_Y = b_en * tl.dot(b_dL_r, b_kn, input_precision=F32_DOT)
+                # keys of this sub-chunk against later rows, through its last row m; (kda.16) its own rows r > s
+                # too (exp(b_r − b_m) ≤ exp(RHO))
+                queries = o_t >= tl.where(direct, own0, own0 + BC)
+                b_xm = tl.where(queries[:, None], _exp(tl.where(queries[:, None], b_b - b_bm[None, :], 0.0)), 0.0)
+                b_em = _exp(b_bm[None, :] - b_bi)
+                strict_cols = o_t[:, None] > o_r[None, :]  # r > s
+                b_dAqk_c = tl.where(strict_cols, tl.load(dAqk + p_cols, mask=m_cols, other=0.0), 0.0)
+                b_dL_c = tl.where(strict_cols, tl.load(dL + p_cols, mask=m_cols, other=0.0), 0.0)
+                b_dks = b_em * tl.dot(tl.trans(b_dAqk_c), b_q * b_xm, input_precision=F32_DOT) * scale
+                b_Z = b_em * tl.dot(tl.trans(b_dL_c), b_k * b_beta[:, None] * b_xm, input_precision=F32_DOT)
+                if not direct:
+                    # the own block, strictly below its diagonal, elementwise one row j at a time (every kept
+                    # exponent ≤ 0): as a key, row j feeds the rows r > j; as a row, the keys s < j
+                    b_dAqk_o = tl.load(dAqk + p_own, mask=m_i[:, None] & m_i[None, :], other=0.0)
+                    b_dL_o = tl.load(dL + p_own, mask=m_i[:, None] & m_i[None, :], other=0.0)
+                    for j in range(0, BC):
+                        b_dqs, b_dks, b_Y, b_Z = _own_row_bwd(b_dqs, b_dks, b_Y, b_Z, j, q, k, b, beta, start + own0, end,
+                                                              b_bi, b_bm, b_dAqk_o, b_dL_o, i_h, o_k, m_k, scale, H, K)
+                # (kda.13) P, every diagonal term left out
+                b_dkrow = b_Y * b_betai[:, None]
+                b_p = b_qi * b_dqs - b_ki * b_dks + b_ki * b_dkrow - b_ki * b_Z
+                p_i = (rows_i[:, None] * H + i_h) * K + o_k[None, :]
+                m_ik = m_i[:, None] & m_k[None, :]
+                b_dq = tl.load(dq_in + p_i, mask=m_ik, other=0.0) + b_dqs + scale * b_diag[:, None] * b_ki
+                b_dk = (tl.load(dk_in + p_i, mask=m_ik, other=0.0) + b_dks + scale * b_diag[:, None] * b_qi + b_dkrow
+                        + b_Z)
+                b_dg = tl.load(dg_in + p_i, mask=m_ik, other=0.0) + tl.cumsum(b_p, axis=0, reverse=True) + b_tail[None, :]
+                b_tail += tl.sum(b_p, axis=0)
+                tl.store(dq + p_i, b_dq.to(dq.dtype.element_ty), mask=m_ik)
+                tl.store(dk + p_i, b_dk.to(dk.dtype.element_ty), mask=m_ik)
+                tl.store(dg + p_i, b_dg, mask=m_ik)
+                # (kda.12) dβ_r += k_r · Y_r, placed at this sub-chunk's rows of the chunk
+                b_dbi = tl.sum(b_ki * b_Y, axis=1)  # [BC]
+                b_dbeta += tl.sum(tl.where(o_t[None, :] == o_r[:, None], b_dbi[:, None], 0.0), axis=0)
     tl.store(dbeta + rows * H + i_h, b_dbeta, mask=m_t)
 
 
