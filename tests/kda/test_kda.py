@@ -272,7 +272,7 @@ def test_fused_and_unfused_backward_agree():
 
 # ----------------------------------------------------------------------------- tuning
 
-CHUNK_AUTOTUNED = ("chunk_kda_intra_kernel", "chunk_kda_h_kernel", "chunk_kda_o_kernel", "chunk_kda_dh_kernel",
+CHUNK_AUTOTUNED = ("chunk_kda_intra_kernel", "chunk_kda_wu_kernel", "chunk_kda_h_kernel", "chunk_kda_o_kernel", "chunk_kda_dh_kernel",
                    "chunk_kda_bwd_wy_dqkg_fused_kernel", "chunk_kda_bwd_intra_kernel", "chunk_kda_bwd_inter_kernel",
                    "chunk_kda_bwd_wy_kernel", "recurrent_kda_fwd_kernel")
 

@@ -189,12 +189,13 @@ def _forward(q, k, v, g, beta, h0, cu, static: _Static):
     common = dict(H=H, K=K, BT=BT, BK=BK)
     b = triton_call(g, bounds, kernel=kernels.chunk_cumsum_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, K), f32),
                     grid=(NS, H), name="workbench_kda_cumsum", **common)
-    A, Aqk, w, u = triton_call(
-        q, k, v, b, beta, bounds, kernel=kernels.chunk_kda_intra_kernel,
-        out_shape=[jax.ShapeDtypeStruct((TT, H, BT), f32), jax.ShapeDtypeStruct((TT, H, BT), q.dtype),
-                   jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
-        grid=(NS, H), name="workbench_kda_intra", scale=static.scale, V=V, F32_DOT=_f32_dot(q),
-        WHOLE_SPAN=kernels.WHOLE_RANGE if static.tuning.whole_chunk else -1.0, **common)
+    A, Aqk = triton_call(q, k, b, beta, bounds, kernel=kernels.chunk_kda_intra_kernel,
+                         out_shape=[jax.ShapeDtypeStruct((TT, H, BT), f32), jax.ShapeDtypeStruct((TT, H, BT), q.dtype)],
+                         grid=(NS, H), name="workbench_kda_intra", scale=static.scale, F32_DOT=_f32_dot(q),
+                         WHOLE_SPAN=kernels.WHOLE_RANGE if static.tuning.whole_chunk else -1.0, **common)
+    w, u = triton_call(k, v, b, beta, A, bounds, kernel=kernels.chunk_kda_wu_kernel,
+                       out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
+                       grid=(NS, H), name="workbench_kda_wu", V=V, F32_DOT=_f32_dot(q), **common)
     ht, hs, delta = triton_call(
         k, w, u, b, h0, cu, bounds, kernel=kernels.chunk_kda_h_kernel,
         out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32),

@@ -9,8 +9,8 @@ chunk (NOTES.md, "Where A lives").
 chunked forward
 * `chunk_cumsum_kernel` (chunk_gla's): b, chunk-local prefix sums of the log-decays (kda.2).
 * `chunk_kda_intra_kernel` (slot, head): L and Aqk (kda.3, kda.6; whole-chunk products by kda.17 where
-  the decays allow, else by sub-chunks, the own block by kda.16 where it can), then A = (I + L)⁻¹ in
-  place by blocked forward substitution (kda.5), then the WY vectors w, u from A read back (kda.3).
+  the decays allow, else by sub-chunks, the own block by kda.16 where it can), then A = (I + L)⁻¹ in place by blocked forward substitution (kda.5).
+* `chunk_kda_wu_kernel` (slot, head): the WY vectors w, u (kda.3).
 * `chunk_kda_h_kernel` (V block, sequence·head): the state sweep, δ = u − w h (kda.4).
 * `chunk_kda_o_kernel` (V block, slot, head): o = q̄ h + Aqk δ (kda.6).
 chunked backward
@@ -39,7 +39,7 @@ from ..chunk_gla.kernels import (BC, RHO, SUB_CHUNK, _chunk, _configs, _exp, _in
 from ..launch import given
 from ..tl_helpers import sequence_bounds
 
-__all__ = ["chunk_cumsum_kernel", "chunk_kda_intra_kernel", "chunk_kda_h_kernel",
+__all__ = ["chunk_cumsum_kernel", "chunk_kda_intra_kernel", "chunk_kda_wu_kernel", "chunk_kda_h_kernel",
            "chunk_kda_o_kernel", "chunk_kda_dh_kernel", "chunk_kda_bwd_wy_dqkg_fused_kernel",
            "chunk_kda_bwd_inter_kernel", "chunk_kda_bwd_wy_kernel", "chunk_kda_bwd_intra_kernel",
            "recurrent_kda_fwd_kernel", "recurrent_kda_bwd_kernel", "CHUNK"]
@@ -135,17 +135,15 @@ def _intra_configs():
 @triton.autotune(configs=_intra_configs(), key=["H", "K", "BT"],
                  prune_configs_by={"early_config_prune": _prune("BKC", "q")})
 @triton.jit
-def chunk_kda_intra_kernel(q, k, v, b, beta, bounds,  # inputs
-                           A, Aqk, w, u,  # outputs: A [TT, H, BT] float32; Aqk, w [TT, H, K], u [TT, H, V] as q
-                           scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                           BT: tl.constexpr, BK: tl.constexpr, BKC: tl.constexpr, F32_DOT: tl.constexpr,
-                           WHOLE_SPAN: tl.constexpr):
-    """(kda.3, kda.6) L and Aqk, then (kda.5) A = (I + L)⁻¹ in place, then (kda.3) the WY vectors
-    w = A (β ⊙ k ⊙ exp b), u = A (β ⊙ v) from A read back. Where the chunk's log-decays span at most
-    WHOLE_SPAN (kda.17) L and Aqk come from two whole-chunk products through the midpoint of b;
+def chunk_kda_intra_kernel(q, k, b, beta, bounds,  # inputs
+                           A, Aqk,  # outputs [TT, H, BT]: A float32, Aqk in the inputs' dtype
+                           scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                           BK: tl.constexpr, BKC: tl.constexpr, F32_DOT: tl.constexpr, WHOLE_SPAN: tl.constexpr):
+    """(kda.3, kda.6) L and Aqk, then (kda.5) A = (I + L)⁻¹ in place. Where the chunk's log-decays span
+    at most WHOLE_SPAN (kda.17) both come from two whole-chunk products through the midpoint of b;
     otherwise sub-chunk by sub-chunk (the own block in the same product where its log-decays span at
     most RHO, kda.16, else elementwise). BK covers all of K (the spans, the elementwise path); the
-    products run over key (and value) blocks of BKC."""
+    products run over key blocks of BKC."""
     i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
     start, end = _chunk(bounds, i_s)
     if start >= end:
@@ -245,22 +243,34 @@ def chunk_kda_intra_kernel(q, k, v, b, beta, bounds,  # inputs
         tl.store(p_i + o_t[None, :], tl.dot(b_D, b_Y, input_precision="ieee"), mask=m_i[:, None])
         tl.debug_barrier()
 
-    # (kda.3) w = A (β ⊙ k ⊙ exp b), u = A (β ⊙ v), in blocks of BKC columns; A rounded to the inputs'
-    # dtype as the reference rounds its operands
+
+@triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": _prune("BV", "v")})
+@triton.jit
+def chunk_kda_wu_kernel(k, v, b, beta, A, bounds,  # inputs
+                        w, u,  # outputs in the inputs' dtype: w [TT, H, K], u [TT, H, V]
+                        H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                        BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+    """(kda.3) w = A (β ⊙ k ⊙ exp b), u = A (β ⊙ v)."""
+    i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    start, end = _chunk(bounds, i_s)
+    if start >= end:
+        return
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    rows = start + tl.arange(0, BT)
+    m_t = rows < end
     dtype = w.dtype.element_ty
     b_A = _matrix(A, rows, m_t, i_h, H, BT).to(dtype)
     b_beta = tl.load(beta + rows * H + i_h, mask=m_t, other=0.0).to(tl.float32)
-    for i_k in range(0, tl.cdiv(K, BKC)):
-        o_k = i_k * BKC + tl.arange(0, BKC)
-        m_k = o_k < K
-        b_kgb = _tile(k, rows, m_t, i_h, o_k, m_k, H, K) * _exp(_tile(b, rows, m_t, i_h, o_k, m_k, H, K))
-        b_w = tl.dot(b_A, (b_kgb * b_beta[:, None]).to(dtype), input_precision=F32_DOT)  # [BT, BKC]
-        tl.store(w + (rows[:, None] * H + i_h) * K + o_k[None, :], b_w.to(dtype), mask=m_t[:, None] & m_k[None, :])
-    for i_v in range(0, tl.cdiv(V, BKC)):
-        o_v = i_v * BKC + tl.arange(0, BKC)
+    b_kgb = _tile(k, rows, m_t, i_h, o_k, m_k, H, K) * _exp(_tile(b, rows, m_t, i_h, o_k, m_k, H, K)) * b_beta[:, None]
+    b_w = tl.dot(b_A, b_kgb.to(dtype), input_precision=F32_DOT)  # [BT, BK]
+    tl.store(w + (rows[:, None] * H + i_h) * K + o_k[None, :], b_w.to(dtype), mask=m_t[:, None] & m_k[None, :])
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
         m_v = o_v < V
         b_vb = _rows(v, rows, m_t, i_h, o_v, m_v, H, V).to(tl.float32) * b_beta[:, None]
-        b_u = tl.dot(b_A, b_vb.to(dtype), input_precision=F32_DOT)  # [BT, BKC]
+        b_u = tl.dot(b_A, b_vb.to(dtype), input_precision=F32_DOT)  # [BT, BV]
         tl.store(u + (rows[:, None] * H + i_h) * V + o_v[None, :], b_u.to(dtype), mask=m_t[:, None] & m_v[None, :])
 
 
@@ -293,7 +303,7 @@ def chunk_kda_h_kernel(k, w, u, b, h0, cu_seqlens, bounds,  # inputs
     tl.store(ht + i_nh * K * V + p_state, b_h, mask=m_h)
 
 
-@triton.autotune(configs=_configs("BV", (32, 64, 128)), key=["H", "K", "V", "BT"],
+@triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": _prune("BV", "delta")})
 @triton.jit
 def chunk_kda_o_kernel(q, b, Aqk, delta, hs, bounds,  # inputs
