@@ -281,6 +281,17 @@ def test_kda_6(C):
         assert_close(S_ref[0, 0], ST)
 
 
+def _chunk_problem(seed, n_rows, Kd):
+    """One chunk's q, unit-scale k, β ∈ (0.1, 1), and cotangents dAqk (lower) and dL (strictly lower),
+    with the generator for what the test draws next."""
+    rng = np.random.default_rng(seed)
+    q, k = rng.standard_normal((n_rows, Kd)), rng.standard_normal((n_rows, Kd)) / np.sqrt(Kd)
+    beta = rng.uniform(0.1, 1.0, n_rows)
+    dAqk = np.tril(rng.standard_normal((n_rows, n_rows)))
+    dL = np.tril(rng.standard_normal((n_rows, n_rows)), -1)
+    return rng, q, k, beta, dAqk, dL
+
+
 def _own_block_terms(b, q, k, beta, dAqk, dL, n, dtype):
     """Sub-chunk n … n+15 of one chunk as the kernels form it on (kda.16)'s direct path, in `dtype`:
     forward rows through row n (earlier and own keys in one product, masked to s ≤ r for Aqk, s < r for
@@ -333,12 +344,8 @@ def test_kda_16():
     accurate as float32 rounding of its terms allows. Beyond the bound a factor overflows."""
     from workbench.chunk_gla.kernels import DIRECT_RANGE
 
-    rng = np.random.default_rng(16)
     n_rows, Kd = 64, 8
-    q, k = rng.standard_normal((n_rows, Kd)), rng.standard_normal((n_rows, Kd)) / np.sqrt(Kd)
-    beta = rng.uniform(0.1, 1.0, n_rows)
-    dAqk = np.tril(rng.standard_normal((n_rows, n_rows)))
-    dL = np.tril(rng.standard_normal((n_rows, n_rows)), -1)
+    rng, q, k, beta, dAqk, dL = _chunk_problem(16, n_rows, Kd)
     checked = 0
     for per_step in (0.05, 0.6, 1.3):  # spans of ~0.7, ~9, ~19 over 16 rows
         g = -per_step * rng.uniform(0.9, 1.0, (n_rows, Kd))
@@ -389,17 +396,13 @@ def _whole_chunk_terms(b, q, k, beta, dAqk, dL, dtype):
 def test_kda_17():
     """(kda.17) Where a chunk's span ρ_C = max_k (b_0 − b_last) is at most WHOLE_RANGE, L and Aqk (and the
     backward's dq°, Y, dk°, Z) come from whole-chunk products through b_mid = (b_0 + b_last)/2, every
-    factor in [e^−ρ_C/2, e^ρ_C/2]. In float64 they equal the direct forms; in float32 each entry is
-    within a few times the error of the direct float32 form (both start from b in float32). Beyond
+    factor in [e^−ρ_C/2, e^ρ_C/2]. In float64 they equal the direct forms; in float32, against the
+    float64 truth, no worse than twice the direct float32 form (both start from b in float32). Beyond
     float32's range (ρ_C/2 > 88) a factor overflows, which is why the span is bounded."""
     from workbench.kda.kernels import WHOLE_RANGE
 
-    rng = np.random.default_rng(17)
     n_rows, Kd = 64, 8
-    q, k = rng.standard_normal((n_rows, Kd)), rng.standard_normal((n_rows, Kd)) / np.sqrt(Kd)
-    beta = rng.uniform(0.1, 1.0, n_rows)
-    dAqk = np.tril(rng.standard_normal((n_rows, n_rows)))
-    dL = np.tril(rng.standard_normal((n_rows, n_rows)), -1)
+    rng, q, k, beta, dAqk, dL = _chunk_problem(17, n_rows, Kd)
     strict = np.tril(np.ones((n_rows, n_rows), bool), -1)
 
     def direct(b, dtype):

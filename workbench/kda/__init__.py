@@ -172,6 +172,11 @@ def _f32_dot(q) -> str:
     return "ieee" if q.dtype == jnp.float32 else "tf32"
 
 
+def _whole_span(static: _Static) -> float:
+    """(kda.17) The chunk span up to which the intra kernels take whole-chunk products; −1: never."""
+    return kernels.WHOLE_RANGE if static.tuning.whole_chunk else -1.0
+
+
 def _bounds(cu, TT: int, BT: int):
     start, end, *_ = chunk_slots(cu, TT, BT)
     return jnp.stack([start, end], axis=-1)  # [NS, 2] int32
@@ -192,7 +197,7 @@ def _forward(q, k, v, g, beta, h0, cu, static: _Static):
     A, Aqk = triton_call(q, k, b, beta, bounds, kernel=kernels.chunk_kda_intra_kernel,
                          out_shape=[jax.ShapeDtypeStruct((TT, H, BT), f32), jax.ShapeDtypeStruct((TT, H, BT), q.dtype)],
                          grid=(NS, H), name="workbench_kda_intra", scale=static.scale, F32_DOT=_f32_dot(q),
-                         WHOLE_SPAN=kernels.WHOLE_RANGE if static.tuning.whole_chunk else -1.0, **common)
+                         WHOLE_SPAN=_whole_span(static), **common)
     w, u = triton_call(k, v, b, beta, A, bounds, kernel=kernels.chunk_kda_wu_kernel,
                        out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
                        grid=(NS, H), name="workbench_kda_wu", V=V, F32_DOT=_f32_dot(q), **common)
@@ -249,7 +254,7 @@ def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static):
         q, k, b, beta, dAqk, dL, dq_s, dk_s, dg_s, dbeta_s, bounds, kernel=kernels.chunk_kda_bwd_intra_kernel,
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype), rows_k, rows_1],
         grid=(NS, H), name="workbench_kda_bwd_intra", scale=static.scale,
-        WHOLE_SPAN=kernels.WHOLE_RANGE if static.tuning.whole_chunk else -1.0, **common)
+        WHOLE_SPAN=_whole_span(static), **common)
     return dq, dk, dv, dg, dbeta, dh0
 
 
