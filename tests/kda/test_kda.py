@@ -240,6 +240,33 @@ def test_whole_chunk_products_equal_sub_chunk_products(dtype):
             assert err <= (EXACT if name == "A" else tol), (round_, name, err)
 
 
+def test_forward_alone_equals_the_training_forward():
+    """Without a backward to feed, the forward stores the chunk-start states in the inputs' dtype
+    (`_forward(save=False)`); the training forward keeps them in float32 for dg's h ⊙ dH term. The
+    output's product rounds them to bfloat16 either way, so o and final_state are the same bits, and
+    the stored states are the float32 ones rounded."""
+    from workbench import kda
+
+    inputs = kda_inputs(8, 2, 40, 1, 24, 16, dtype=jnp.bfloat16, strength=0.5)
+    diff = {n: inputs[n] for n in ("q", "k", "v", "g", "beta", "initial_state")}
+    op = jax.jit(lambda d: workbench.chunk_kda(**d, chunk_size=16))
+    alone = op(diff)
+    trained, _ = jax.vjp(op, diff)
+    for name, got, want in zip(("o", "final_state"), alone, trained):
+        assert np.array_equal(np.asarray(got.astype(jnp.float32)), np.asarray(want.astype(jnp.float32))), name
+    rows = [inputs[n].reshape(-1, *inputs[n].shape[2:]) for n in ("q", "k", "v", "g", "beta")]
+    cu = jnp.asarray([0, 40, 80], jnp.int32)
+    static = kda._Static(scale=24 ** -0.5, chunk_size=16, tuning=Tuning())
+    forward = jax.jit(kda._forward, static_argnums=(7, 8))
+    hs_alone, hs_saved = (forward(*rows, inputs["initial_state"], cu, static, save)[2][4] for save in (False, True))
+    assert (hs_alone.dtype, hs_saved.dtype) == (jnp.bfloat16, jnp.float32)
+    bounds = np.asarray(kda._bounds(cu, 80, 16))
+    used = bounds[:, 0] < bounds[:, 1]  # slots past the last chunk are never written
+    assert used.sum() == 6
+    assert np.array_equal(np.asarray(hs_alone.astype(jnp.float32))[used],
+                          np.asarray(hs_saved.astype(jnp.bfloat16).astype(jnp.float32))[used])
+
+
 # ----------------------------------------------------------------------------- laws
 
 

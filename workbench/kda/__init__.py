@@ -182,8 +182,10 @@ def _bounds(cu, TT: int, BT: int):
     return jnp.stack([start, end], axis=-1)  # [NS, 2] int32
 
 
-def _forward(q, k, v, g, beta, h0, cu, static: _Static):
-    """(o, final_state, residuals (b, A, Aqk, w, hs, δ))."""
+def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
+    """(o, final_state, residuals (b, A, Aqk, w, hs, δ)). With `save` the chunk-start states hs are kept in
+    float32 for the backward (dg's h ⊙ dH term reads them unrounded); without, they are stored in the
+    inputs' dtype, which is all the output's product reads of them (the same o, bit for bit)."""
     TT, H, _ = q.shape
     K, V, BK = _dims(q, v)
     BT = static.chunk_size
@@ -198,19 +200,21 @@ def _forward(q, k, v, g, beta, h0, cu, static: _Static):
                          out_shape=[jax.ShapeDtypeStruct((TT, H, BT), f32), jax.ShapeDtypeStruct((TT, H, BT), q.dtype)],
                          grid=(NS, H), name="workbench_kda_intra", scale=static.scale, F32_DOT=_f32_dot(q),
                          WHOLE_SPAN=_whole_span(static), **common)
-    w, u = triton_call(k, v, b, beta, A, bounds, kernel=kernels.chunk_kda_wu_kernel,
-                       out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
-                       grid=(NS, H), name="workbench_kda_wu", V=V, F32_DOT=_f32_dot(q), **common)
+    rows_k = jax.ShapeDtypeStruct(k.shape, k.dtype)
+    w, u, qbar, khat = triton_call(q, k, v, b, beta, A, bounds, kernel=kernels.chunk_kda_wu_kernel,
+                                   out_shape=[rows_k, jax.ShapeDtypeStruct(v.shape, v.dtype), rows_k, rows_k],
+                                   grid=(NS, H), name="workbench_kda_wu", scale=static.scale, V=V,
+                                   F32_DOT=_f32_dot(q), **common)
     ht, hs, delta = triton_call(
-        k, w, u, b, h0, cu, bounds, kernel=kernels.chunk_kda_h_kernel,
-        out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32),
-                   jax.ShapeDtypeStruct(v.shape, v.dtype)],
+        khat, w, u, b, h0, cu, bounds, kernel=kernels.chunk_kda_h_kernel,
+        out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32),
+                   jax.ShapeDtypeStruct((NS, H, K, V), f32 if save else q.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
         grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), name="workbench_kda_h", V=V, F32_DOT=_f32_dot(q),
         **common)
-    o = triton_call(q, b, Aqk, delta, hs, bounds, kernel=kernels.chunk_kda_o_kernel,
+    o = triton_call(qbar, Aqk, delta, hs, bounds, kernel=kernels.chunk_kda_o_kernel,
                     out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
                     grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), name="workbench_kda_o",
-                    scale=static.scale, V=V, F32_DOT=_f32_dot(q), **common)
+                    V=V, F32_DOT=_f32_dot(q), **common)
     return o, ht, (b, A, Aqk, w, hs, delta)
 
 
@@ -265,12 +269,12 @@ def _reference_packed(q, k, v, g, beta, h0, cu, static: _Static):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
 def _chunk_kda_packed(q, k, v, g, beta, h0, cu, static: _Static):
-    o, ht, _ = _forward(q, k, v, g, beta, h0, cu, static)
+    o, ht, _ = _forward(q, k, v, g, beta, h0, cu, static, save=False)
     return o, ht
 
 
 def _chunk_kda_packed_fwd(q, k, v, g, beta, h0, cu, static: _Static):
-    o, ht, residuals = _forward(q, k, v, g, beta, h0, cu, static)
+    o, ht, residuals = _forward(q, k, v, g, beta, h0, cu, static, save=True)
     return (o, ht), (q, k, v, g, beta, h0, cu, residuals)
 
 

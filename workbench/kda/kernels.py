@@ -10,7 +10,7 @@ chunked forward
 * `chunk_cumsum_kernel` (chunk_gla's): b, chunk-local prefix sums of the log-decays (kda.2).
 * `chunk_kda_intra_kernel` (slot, head): L and Aqk (kda.3, kda.6; whole-chunk products by kda.17 where
   the decays allow, else by sub-chunks, the own block by kda.16 where it can), then A = (I + L)⁻¹ in place by blocked forward substitution (kda.5).
-* `chunk_kda_wu_kernel` (slot, head): the WY vectors w, u (kda.3).
+* `chunk_kda_wu_kernel` (slot, head): the WY vectors w, u (kda.3); k̂ for the sweep, q̄ for the output.
 * `chunk_kda_h_kernel` (V block, sequence·head): the state sweep, δ = u − w h (kda.4).
 * `chunk_kda_o_kernel` (V block, slot, head): o = q̄ h + Aqk δ (kda.6).
 chunked backward
@@ -247,11 +247,13 @@ def chunk_kda_intra_kernel(q, k, b, beta, bounds,  # inputs
 @triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": _prune("BV", "v")})
 @triton.jit
-def chunk_kda_wu_kernel(k, v, b, beta, A, bounds,  # inputs
-                        w, u,  # outputs in the inputs' dtype: w [TT, H, K], u [TT, H, V]
-                        H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+def chunk_kda_wu_kernel(q, k, v, b, beta, A, bounds,  # inputs
+                        w, u, qbar, khat,  # outputs in the inputs' dtype: w, q̄, k̂ [TT, H, K]; u [TT, H, V]
+                        scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                         BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
-    """(kda.3) w = A (β ⊙ k ⊙ exp b), u = A (β ⊙ v)."""
+    """(kda.3) w = A (β ⊙ k ⊙ exp b), u = A (β ⊙ v); and the sweep's k̂ = k ⊙ exp(b_L − b) (kda.4) and the
+    output's q̄ = scale · q ⊙ exp b (kda.6), stored rounded as their products round them (the sweep and
+    the output then read one tile in the inputs' dtype, not q or k and float32 b)."""
     i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
     start, end = _chunk(bounds, i_s)
     if start >= end:
@@ -260,12 +262,21 @@ def chunk_kda_wu_kernel(k, v, b, beta, A, bounds,  # inputs
     m_k = o_k < K
     rows = start + tl.arange(0, BT)
     m_t = rows < end
+    m_tk = m_t[:, None] & m_k[None, :]
+    p_tk = (rows[:, None] * H + i_h) * K + o_k[None, :]
     dtype = w.dtype.element_ty
     b_A = _matrix(A, rows, m_t, i_h, H, BT).to(dtype)
     b_beta = tl.load(beta + rows * H + i_h, mask=m_t, other=0.0).to(tl.float32)
-    b_kgb = _tile(k, rows, m_t, i_h, o_k, m_k, H, K) * _exp(_tile(b, rows, m_t, i_h, o_k, m_k, H, K)) * b_beta[:, None]
+    b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+    b_eb = _exp(b_b)
+    b_k = _tile(k, rows, m_t, i_h, o_k, m_k, H, K)
+    b_kgb = b_k * b_eb * b_beta[:, None]
     b_w = tl.dot(b_A, b_kgb.to(dtype), input_precision=F32_DOT)  # [BT, BK]
-    tl.store(w + (rows[:, None] * H + i_h) * K + o_k[None, :], b_w.to(dtype), mask=m_t[:, None] & m_k[None, :])
+    tl.store(w + p_tk, b_w.to(dtype), mask=m_tk)
+    b_khat = b_k * _khat_decay(b_b, _row(b, end - 1, i_h, o_k, m_k, H, K), rows, end)
+    tl.store(khat + p_tk, b_khat.to(dtype), mask=m_tk)
+    b_qbar = _tile(q, rows, m_t, i_h, o_k, m_k, H, K) * b_eb * scale
+    tl.store(qbar + p_tk, b_qbar.to(dtype), mask=m_tk)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_v = o_v < V
@@ -277,17 +288,19 @@ def chunk_kda_wu_kernel(k, v, b, beta, A, bounds,  # inputs
 @triton.autotune(configs=_configs("BV", (16, 32, 64)), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": _prune("BV", "u")})
 @triton.jit
-def chunk_kda_h_kernel(k, w, u, b, h0, cu_seqlens, bounds,  # inputs
+def chunk_kda_h_kernel(khat, w, u, b, h0, cu_seqlens, bounds,  # inputs
                        ht, hs, delta,  # outputs: final states; states at chunk starts [NS, H, K, V]; δ [TT, H, V]
                        H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                        BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
-    """(kda.4) Over the chunks of one sequence: δ = u − w h, then h ← exp(b_L) ⊙ h + k̂ᵀ δ."""
+    """(kda.4) Over the chunks of one sequence: δ = u − w h, then h ← exp(b_L) ⊙ h + k̂ᵀ δ (k̂ from the wu
+    kernel). The chunk-start states are stored in hs's dtype: float32 for the backward, else the inputs'
+    dtype, which the output's product rounds them to."""
     i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state = _sweep_prologue(cu_seqlens, H, K, V, BT,
                                                                                         BK, BV)
     b_h = tl.load(h0 + i_nh * K * V + p_state, mask=m_h, other=0.0)  # [BK, BV]
     for c in range(0, n_chunks):
         i_s = first_slot + c
-        tl.store(hs + (i_s * H + i_h) * K * V + p_state, b_h, mask=m_h)
+        tl.store(hs + (i_s * H + i_h) * K * V + p_state, b_h.to(hs.dtype.element_ty), mask=m_h)
         start, end = _chunk(bounds, i_s)
         rows = start + tl.arange(0, BT)
         m_t = rows < end
@@ -296,21 +309,20 @@ def chunk_kda_h_kernel(k, w, u, b, h0, cu_seqlens, bounds,  # inputs
         b_u = _rows(u, rows, m_t, i_h, o_v, m_v, H, V).to(tl.float32)
         b_delta = (b_u - tl.dot(b_w, b_h.to(dtype), input_precision=F32_DOT)).to(dtype)  # [BT, BV]
         tl.store(delta + (rows[:, None] * H + i_h) * V + o_v[None, :], b_delta, mask=m_t[:, None] & m_v[None, :])
+        b_khat = _rows(khat, rows, m_t, i_h, o_k, m_k, H, K)  # [BT, BK]
         b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)
-        b_khat = _tile(k, rows, m_t, i_h, o_k, m_k, H, K) * _khat_decay(_tile(b, rows, m_t, i_h, o_k, m_k, H, K),
-                                                                        b_bL, rows, end)
-        b_h = b_h * _exp(b_bL)[:, None] + tl.dot(tl.trans(b_khat.to(dtype)), b_delta, input_precision=F32_DOT)
+        b_h = b_h * _exp(b_bL)[:, None] + tl.dot(tl.trans(b_khat), b_delta, input_precision=F32_DOT)
     tl.store(ht + i_nh * K * V + p_state, b_h, mask=m_h)
 
 
 @triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": _prune("BV", "delta")})
 @triton.jit
-def chunk_kda_o_kernel(q, b, Aqk, delta, hs, bounds,  # inputs
+def chunk_kda_o_kernel(qbar, Aqk, delta, hs, bounds,  # inputs
                        o,  # output [TT, H, V]
-                       scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                       H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                        BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
-    """(kda.6) o = q̄ h + Aqk δ, q̄ = scale · q ⊙ exp(b)."""
+    """(kda.6) o = q̄ h + Aqk δ (q̄ = scale · q ⊙ exp b from the wu kernel)."""
     i_v, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     start, end = _chunk(bounds, i_s)
     if start >= end:
@@ -322,7 +334,7 @@ def chunk_kda_o_kernel(q, b, Aqk, delta, hs, bounds,  # inputs
     m_t = rows < end
     b_delta = _rows(delta, rows, m_t, i_h, o_v, m_v, H, V)  # [BT, BV]
     dtype = b_delta.dtype
-    b_qbar = _tile(q, rows, m_t, i_h, o_k, m_k, H, K) * _exp(_tile(b, rows, m_t, i_h, o_k, m_k, H, K)) * scale
+    b_qbar = _rows(qbar, rows, m_t, i_h, o_k, m_k, H, K)  # [BT, BK]
     b_h = tl.load(hs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :],
                   other=0.0)
     b_Aqk = _matrix(Aqk, rows, m_t, i_h, H, BT)
