@@ -203,8 +203,8 @@ def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
     rows_k = jax.ShapeDtypeStruct(k.shape, k.dtype)
     w, u, qbar, khat = triton_call(q, k, v, b, beta, A, bounds, kernel=kernels.chunk_kda_wu_kernel,
                                    out_shape=[rows_k, jax.ShapeDtypeStruct(v.shape, v.dtype), rows_k, rows_k],
-                                   grid=(NS, H), name="workbench_kda_wu", scale=static.scale, V=V,
-                                   F32_DOT=_f32_dot(q), **common)
+                                   grid=(NS, H), name="workbench_kda_wu", scale=static.scale, H=H, K=K, V=V, BT=BT,
+                                   F32_DOT=_f32_dot(q))
     ht, hs, delta = triton_call(
         khat, w, u, b, h0, cu, bounds, kernel=kernels.chunk_kda_h_kernel,
         out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32),

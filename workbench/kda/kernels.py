@@ -250,33 +250,34 @@ def chunk_kda_intra_kernel(q, k, b, beta, bounds,  # inputs
 def chunk_kda_wu_kernel(q, k, v, b, beta, A, bounds,  # inputs
                         w, u, qbar, khat,  # outputs in the inputs' dtype: w, q̄, k̂ [TT, H, K]; u [TT, H, V]
                         scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                        BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+                        BV: tl.constexpr, F32_DOT: tl.constexpr):
     """(kda.3) w = A (β ⊙ k ⊙ exp b), u = A (β ⊙ v); and the sweep's k̂ = k ⊙ exp(b_L − b) (kda.4) and the
     output's q̄ = scale · q ⊙ exp b (kda.6), stored rounded as their products round them (the sweep and
-    the output then read one tile in the inputs' dtype, not q or k and float32 b)."""
+    the output then read one tile in the inputs' dtype, not q or k and float32 b). Columns of K and V
+    BV at a time."""
     i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
     start, end = _chunk(bounds, i_s)
     if start >= end:
         return
-    o_k = tl.arange(0, BK)
-    m_k = o_k < K
     rows = start + tl.arange(0, BT)
     m_t = rows < end
-    m_tk = m_t[:, None] & m_k[None, :]
-    p_tk = (rows[:, None] * H + i_h) * K + o_k[None, :]
     dtype = w.dtype.element_ty
     b_A = _matrix(A, rows, m_t, i_h, H, BT).to(dtype)
     b_beta = tl.load(beta + rows * H + i_h, mask=m_t, other=0.0).to(tl.float32)
-    b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
-    b_eb = _exp(b_b)
-    b_k = _tile(k, rows, m_t, i_h, o_k, m_k, H, K)
-    b_kgb = b_k * b_eb * b_beta[:, None]
-    b_w = tl.dot(b_A, b_kgb.to(dtype), input_precision=F32_DOT)  # [BT, BK]
-    tl.store(w + p_tk, b_w.to(dtype), mask=m_tk)
-    b_khat = b_k * _khat_decay(b_b, _row(b, end - 1, i_h, o_k, m_k, H, K), rows, end)
-    tl.store(khat + p_tk, b_khat.to(dtype), mask=m_tk)
-    b_qbar = _tile(q, rows, m_t, i_h, o_k, m_k, H, K) * b_eb * scale
-    tl.store(qbar + p_tk, b_qbar.to(dtype), mask=m_tk)
+    for i_k in range(tl.cdiv(K, BV)):  # key columns BV at a time (whole-K tiles spilled registers)
+        o_k = i_k * BV + tl.arange(0, BV)
+        m_k = o_k < K
+        m_tk = m_t[:, None] & m_k[None, :]
+        p_tk = (rows[:, None] * H + i_h) * K + o_k[None, :]
+        b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+        b_eb = _exp(b_b)
+        b_k = _tile(k, rows, m_t, i_h, o_k, m_k, H, K)
+        b_w = tl.dot(b_A, (b_k * b_eb * b_beta[:, None]).to(dtype), input_precision=F32_DOT)  # [BT, BV]
+        tl.store(w + p_tk, b_w.to(dtype), mask=m_tk)
+        b_khat = b_k * _khat_decay(b_b, _row(b, end - 1, i_h, o_k, m_k, H, K), rows, end)
+        tl.store(khat + p_tk, b_khat.to(dtype), mask=m_tk)
+        b_qbar = _tile(q, rows, m_t, i_h, o_k, m_k, H, K) * b_eb * scale
+        tl.store(qbar + p_tk, b_qbar.to(dtype), mask=m_tk)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_v = o_v < V
