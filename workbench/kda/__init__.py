@@ -172,6 +172,13 @@ def _f32_dot(q) -> str:
     return "ieee" if q.dtype == jnp.float32 else "tf32"
 
 
+def _inv_dot(q) -> str:
+    """Precision of A's inversion products (kda.5): full float32 for float32 inputs; three tf32 passes
+    (tf32x3, float32 to about 1e-6 relative, on tensor cores) for bfloat16 inputs, whose A is rounded to
+    bfloat16 (2^-9) before any product uses it."""
+    return "ieee" if q.dtype == jnp.float32 else "tf32x3"
+
+
 def _whole_span(static: _Static) -> float:
     """(kda.17) The chunk span up to which the intra kernels take whole-chunk products; −1: never."""
     return kernels.WHOLE_RANGE if static.tuning.whole_chunk else -1.0
@@ -199,7 +206,7 @@ def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
     A, Aqk = triton_call(q, k, b, beta, bounds, kernel=kernels.chunk_kda_intra_kernel,
                          out_shape=[jax.ShapeDtypeStruct((TT, H, BT), f32), jax.ShapeDtypeStruct((TT, H, BT), q.dtype)],
                          grid=(NS, H), name="workbench_kda_intra", scale=static.scale, F32_DOT=_f32_dot(q),
-                         WHOLE_SPAN=_whole_span(static), **common)
+                         WHOLE_SPAN=_whole_span(static), INV_DOT=_inv_dot(q), **common)
     rows_k = jax.ShapeDtypeStruct(k.shape, k.dtype)
     w, u, qbar, khat = triton_call(q, k, v, b, beta, A, bounds, kernel=kernels.chunk_kda_wu_kernel,
                                    out_shape=[rows_k, jax.ShapeDtypeStruct(v.shape, v.dtype), rows_k, rows_k],

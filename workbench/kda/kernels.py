@@ -28,7 +28,8 @@ recurrent
 
 Matrix products take the inputs' dtype where the reference rounds to it (bfloat16 tensor cores),
 and float32 (`F32_DOT`: "ieee" for float32 inputs, tf32 otherwise) where the reference keeps
-float32; A's inversion is always full float32.
+float32; A's inversion in full float32 for float32 inputs and in tf32x3 (float32 to ~1e-6 on tensor
+cores) for bfloat16 inputs (`INV_DOT`); the backward's dL = −Aᵀ dA Aᵀ always in full float32.
 """
 
 import triton
@@ -88,7 +89,7 @@ def _khat_decay(b_b, b_bL, rows, end):
 
 
 @triton.jit
-def _invert_unit_lower(b_L):
+def _invert_unit_lower(b_L, INV_DOT: tl.constexpr):
     """(kda.5b) (I + L)⁻¹ of a strictly lower [BC, BC] tile as a product: with N = −L (nilpotent,
     N^BC = 0), (I + L)⁻¹ = Σ_{k<BC} N^k = (I + N)(I + N²)(I + N⁴)(I + N⁸) for BC = 16, in six
     full-float32 products. Row-by-row substitution took two dependent cross-thread reductions per row
@@ -98,8 +99,8 @@ def _invert_unit_lower(b_L):
     b_X = tl.where(o_c[:, None] == o_c[None, :], 1.0, 0.0) + b_N  # Σ_{k<2} N^k
     b_P = b_N
     for _ in tl.static_range(1, LOG2_BC):
-        b_P = tl.dot(b_P, b_P, input_precision="ieee")  # N^(2^i)
-        b_X = b_X + tl.dot(b_X, b_P, input_precision="ieee")  # Σ_{k<2^(i+1)} N^k
+        b_P = tl.dot(b_P, b_P, input_precision=INV_DOT)  # N^(2^i)
+        b_X = b_X + tl.dot(b_X, b_P, input_precision=INV_DOT)  # Σ_{k<2^(i+1)} N^k
     return b_X
 
 
@@ -138,8 +139,10 @@ def _intra_configs():
 def chunk_kda_intra_kernel(q, k, b, beta, bounds,  # inputs
                            A, Aqk,  # outputs [TT, H, BT]: A float32, Aqk in the inputs' dtype
                            scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                           BK: tl.constexpr, BKC: tl.constexpr, F32_DOT: tl.constexpr, WHOLE_SPAN: tl.constexpr):
-    """(kda.3, kda.6) L and Aqk, then (kda.5) A = (I + L)⁻¹ in place. Where the chunk's log-decays span
+                           BK: tl.constexpr, BKC: tl.constexpr, F32_DOT: tl.constexpr, WHOLE_SPAN: tl.constexpr,
+                           INV_DOT: tl.constexpr):
+    """(kda.3, kda.6) L and Aqk, then (kda.5) A = (I + L)⁻¹ in place, its products at INV_DOT ("ieee" for
+    float32 inputs; "tf32x3", three tf32 tensor-core passes, for bfloat16 inputs). Where the chunk's log-decays span
     at most WHOLE_SPAN (kda.17) both come from two whole-chunk products through the midpoint of b;
     otherwise sub-chunk by sub-chunk (the own block in the same product where its log-decays span at
     most RHO, kda.16, else elementwise). BK covers all of K (the spans, the elementwise path); the
@@ -231,7 +234,7 @@ def chunk_kda_intra_kernel(q, k, b, beta, bounds,  # inputs
         rows_i = start + i_sub * BC + o_c
         m_i = rows_i < end
         p_i = A + (rows_i[:, None] * H + i_h) * BT
-        b_D = _invert_unit_lower(tl.load(p_i + i_sub * BC + o_c[None, :], mask=m_i[:, None], other=0.0))
+        b_D = _invert_unit_lower(tl.load(p_i + i_sub * BC + o_c[None, :], mask=m_i[:, None], other=0.0), INV_DOT)
         b_Y = tl.where(o_t[None, :] == (o_c + i_sub * BC)[:, None], 1.0, 0.0)  # E_i [BC, BT]
         for j in range(0, i_sub):
             rows_j = start + j * BC + o_c
@@ -239,8 +242,8 @@ def chunk_kda_intra_kernel(q, k, b, beta, bounds,  # inputs
             b_Lij = tl.load(p_i + j * BC + o_c[None, :], mask=m_i[:, None] & m_j[None, :], other=0.0)  # [BC, BC]
             b_Aj = tl.load(A + (rows_j[:, None] * H + i_h) * BT + o_t[None, :], mask=m_j[:, None] & m_t[None, :],
                            other=0.0)  # [BC, BT] finished rows of A
-            b_Y -= tl.dot(b_Lij, b_Aj, input_precision="ieee")
-        tl.store(p_i + o_t[None, :], tl.dot(b_D, b_Y, input_precision="ieee"), mask=m_i[:, None])
+            b_Y -= tl.dot(b_Lij, b_Aj, input_precision=INV_DOT)
+        tl.store(p_i + o_t[None, :], tl.dot(b_D, b_Y, input_precision=INV_DOT), mask=m_i[:, None])
         tl.debug_barrier()
 
 
