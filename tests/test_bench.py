@@ -167,6 +167,19 @@ def test_chunk_gla_tiny_run_compares_with_the_reference(tmp_path, no_fla):
     assert 0 < grads["errors"]["dq"]["rms_rel"] < bench.WRONG_RMS_REL["bfloat16"]
 
 
+def test_no_variants_times_the_triton_path_alone(tmp_path, monkeypatch, no_fla, no_ejkernel):
+    """An op's variants are timed beside the Triton path as `triton[name]` rows and listed in the record;
+    `--no-variants` leaves them out (and the record says so). The variant here is the Triton path again."""
+    monkeypatch.setitem(bench.OPS, "recurrent", dataclasses.replace(bench.OPS["recurrent"], variants={"again": {}}))
+    for extra, variants in (((), ["again"]), (("--no-variants",), [])):
+        out = tmp_path / str(len(extra))
+        assert _bench(out, "--implementations", "triton", *extra) == 0
+        (path,) = _records(out)
+        record = json.loads(path.read_text())
+        assert record["variants"] == variants
+        assert {r["implementation"] for r in record["results"]} == {"triton", *(f"triton[{v}]" for v in variants)}
+
+
 # ----------------------------------------------------------------------------- sequence-length limits
 
 

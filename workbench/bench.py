@@ -678,10 +678,13 @@ def _out_of_memory(exc: BaseException) -> bool:
 def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 20, reps: int = 1,
         implementations: Sequence[str] = IMPLEMENTATIONS, peers: bool = False, command: str = "",
         shapes: Sequence[Mapping[str, int]] | None = None, tokens: Sequence[int] | None = None,
-        errors_from: str = "reference", progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        errors_from: str = "reference", progress: Callable[[dict[str, Any]], None] | None = None,
+        variants: bool = True) -> dict[str, Any]:
     """Time `op_name` over a shape set (or explicit `shapes`) and return the record (not written).
 
     tokens: only the shapes with these sequence lengths T (a long sweep in parts; recorded).
+    variants: also time the op's `variants` beside the Triton path (each compiles and autotunes anew at
+      every shape: a long sweep may leave them to the target shapes; recorded).
     errors_from: "reference" (the JAX reference's outputs, computed even when it is not timed) or
       "peers" (the op's `error_sources` measured in the same run; the reference is then not run at
       all unless timed: at large shapes its XLA compile can take minutes).
@@ -758,6 +761,7 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
             "tokens": None if tokens is None else list(tokens),
             "dtype": op.dtype, "iters": iters, "reps": reps,
             "warmup": warmup, "implementations": list(implementations), "wrong_rms_rel": bound,
+            "variants": list(op.variants) if variants and "triton" in implementations else [],
             "peers": peer_status, "limits": {n: {"max_T": t, "why": why} for n, (t, why) in op.max_T.items()},
             "error_sources": list(op.error_sources), "errors_from": errors_from, "skipped": skipped,
             **op.notes, "results": rows, "seconds": time.perf_counter() - t_start, "complete": complete,
@@ -780,7 +784,7 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
         if "triton" in implementations:
             contenders.append(("triton", "kernel", lambda: jax_calls(op, "triton", inputs, cotangents)))
         contenders += [(p.name, "peer", lambda p=p: p.setup(inputs, cotangents)) for p in active_peers]
-        if "triton" in implementations:
+        if "triton" in implementations and variants:
             contenders += [(f"triton[{v}]", "kernel", lambda opts=opts: jax_calls(op, "triton", inputs, cotangents,
                                                                                   **opts))
                            for v, opts in op.variants.items()]

@@ -86,6 +86,9 @@ def _bench_parser(subparsers) -> None:
     p.add_argument("--T", type=_int_list, metavar="LIST",
                    help="only the shapes of the set with these sequence lengths, a comma list (e.g. 32768,65536: "
                         "a long sweep in parts; the record keeps the list)")
+    p.add_argument("--no-variants", action="store_true",
+                   help="time the Triton path alone, not its variants (each compiles and autotunes anew at every "
+                        "shape: for long sweeps)")
     p.set_defaults(run=_bench)
 
 
@@ -99,7 +102,7 @@ def _bench(args: argparse.Namespace, command: str) -> int:
             stamp = bench.stamp_now()
             record = bench.run(args.op, args.shapes, iters=args.iters, reps=args.reps,
                                implementations=implementations, peers=args.peers, command=command, tokens=args.T,
-                               errors_from=args.errors_from,
+                               errors_from=args.errors_from, variants=not args.no_variants,
                                progress=lambda partial: bench.write_partial(partial, args.out, stamp))
         path = bench.write(record, args.out, None if ring else stamp)
     except bench.Refused as exc:
