@@ -230,13 +230,15 @@ for path in sorted((ROOT / "data" / "bench").glob("chunk_kda-*.json")):
         records.append((path.name, json.loads(path.read_text())))
     except (OSError, json.JSONDecodeError) as exc:
         print(f"skipped {path.name}: {exc}")
-gpu = [(name, rec) for name, rec in records if not rec.get("interpreted")]
+gpu = [(name, rec) for name, rec in records if not rec.get("interpreted")
+       and any(r["implementation"] == "triton[unfused backward]" for r in rec.get("results", []))]
 if not gpu:
     print("No GPU record for chunk_kda in data/bench/ yet: the fused vs unfused timing has not been measured.")
 else:
     name, rec = gpu[-1]
     device = rec.get("device") or {}
-    print(f"newest of {len(gpu)} GPU record(s): {name} — {device.get('kind') or device.get('name')}, "
+    print(f"newest of {len(gpu)} GPU record(s) timing both backwards: {name} — "
+          f"{device.get('kind') or device.get('name')}, "
           f"{rec.get('date', '?')}, {rec.get('dtype')}")
     ms = {(r["implementation"], r["pass"], tuple(r["shape"].items())): r["ms"]["median"] for r in rec["results"]}
     for shape in {tuple(r["shape"].items()) for r in rec["results"]}:
