@@ -747,6 +747,7 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
     t_start = time.perf_counter()
     results: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
+    timed_variants = op.variants if variants and "triton" in implementations else {}
 
     def skip(shape, name, reason, label):
         skipped.append({"shape": dict(shape), "implementation": name, "reason": reason})
@@ -761,7 +762,7 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
             "tokens": None if tokens is None else list(tokens),
             "dtype": op.dtype, "iters": iters, "reps": reps,
             "warmup": warmup, "implementations": list(implementations), "wrong_rms_rel": bound,
-            "variants": list(op.variants) if variants and "triton" in implementations else [],
+            "variants": list(timed_variants),
             "peers": peer_status, "limits": {n: {"max_T": t, "why": why} for n, (t, why) in op.max_T.items()},
             "error_sources": list(op.error_sources), "errors_from": errors_from, "skipped": skipped,
             **op.notes, "results": rows, "seconds": time.perf_counter() - t_start, "complete": complete,
@@ -784,10 +785,9 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
         if "triton" in implementations:
             contenders.append(("triton", "kernel", lambda: jax_calls(op, "triton", inputs, cotangents)))
         contenders += [(p.name, "peer", lambda p=p: p.setup(inputs, cotangents)) for p in active_peers]
-        if "triton" in implementations and variants:
-            contenders += [(f"triton[{v}]", "kernel", lambda opts=opts: jax_calls(op, "triton", inputs, cotangents,
-                                                                                  **opts))
-                           for v, opts in op.variants.items()]
+        contenders += [(f"triton[{v}]", "kernel", lambda opts=opts: jax_calls(op, "triton", inputs, cotangents,
+                                                                              **opts))
+                       for v, opts in timed_variants.items()]
         if "reference" in implementations:
             contenders.append(("reference", "kernel", lambda: reference))
         outputs_of: dict[str, dict[str, list[np.ndarray]]] = {}  # name → pass → outputs and gradients

@@ -3,13 +3,14 @@
 Every chunked kernel sees packed sequences (`[TT, H, ·]` rows) cut into chunks of BT rows, in the
 chunk slots of `workbench.chunk_gla` (`bounds[slot] = (start, end)` rows, start = end for an unused
 slot; per-chunk states stored by slot). The per-chunk matrices A, Aqk, dAqk and dL are stored
-`[TT, H, BT]` (float32, but Aqk in the inputs' dtype, which its products round it to): row r of its chunk's matrix at the row of token r, columns by position in the
-chunk (NOTES.md, "Where A lives").
+`[TT, H, BT]` (float32, but Aqk in the inputs' dtype, which its products round it to): row r of its
+chunk's matrix at the row of token r, columns by position in the chunk (NOTES.md, "Where A lives").
 
 chunked forward
 * `chunk_cumsum_kernel` (chunk_gla's): b, chunk-local prefix sums of the log-decays (kda.2).
 * `chunk_kda_intra_kernel` (slot, head): L and Aqk (kda.3, kda.6; whole-chunk products by kda.17 where
-  the decays allow, else by sub-chunks, the own block by kda.16 where it can), then A = (I + L)⁻¹ in place by blocked forward substitution (kda.5).
+  the decays allow, else by sub-chunks, the own block by kda.16 where it can), then A = (I + L)⁻¹ in
+  place by blocked forward substitution (kda.5).
 * `chunk_kda_wu_kernel` (slot, head): the WY vectors w, u (kda.3); k̂ for the sweep, q̄ for the output.
 * `chunk_kda_h_kernel` (V block, sequence·head): the state sweep, δ = u − w h (kda.4).
 * `chunk_kda_o_kernel` (V block, slot, head): o = q̄ h + Aqk δ (kda.6).
@@ -267,7 +268,7 @@ def chunk_kda_wu_kernel(q, k, v, b, beta, A, bounds,  # inputs
     dtype = w.dtype.element_ty
     b_A = _matrix(A, rows, m_t, i_h, H, BT).to(dtype)
     b_beta = tl.load(beta + rows * H + i_h, mask=m_t, other=0.0).to(tl.float32)
-    for i_k in range(tl.cdiv(K, BV)):  # key columns BV at a time (whole-K tiles spilled registers)
+    for i_k in range(tl.cdiv(K, BV)):  # key columns BV at a time, as the value columns below
         o_k = i_k * BV + tl.arange(0, BV)
         m_k = o_k < K
         m_tk = m_t[:, None] & m_k[None, :]
