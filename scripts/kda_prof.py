@@ -46,7 +46,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import workbench  # noqa: E402
-from workbench import bench, kda, launch  # noqa: E402
+from workbench import bench, kda, launch  # noqa: E402  (before triton: it picks the interpreter on a CPU)
+import triton  # noqa: E402
 
 if opts.dry:
     B, T, H, K, V = 1, 80, 2, 32, 32
@@ -70,17 +71,10 @@ do = do_full.reshape(B * T, H, V)
 
 
 def med(f, *args):
-    """Median ms per call over opts.n samples of opts.reps calls issued back to back."""
-    for _ in range(0 if opts.dry else 2):  # compile, autotune, warm up
-        jax.block_until_ready(f(*args))
-    ts = []
-    for _ in range(opts.n):
-        t0 = time.perf_counter()
-        for _ in range(opts.reps):
-            out = f(*args)
-        jax.block_until_ready(out)
-        ts.append((time.perf_counter() - t0) * 1e3 / opts.reps)
-    return statistics.median(ts)
+    """Median ms per call over opts.n samples of opts.reps calls issued back to back (bench's timer)."""
+    stats, _ = bench.time_ms(lambda: f(*args), jax.block_until_ready, iters=opts.n, warmup=0 if opts.dry else 2,
+                             reps=opts.reps)
+    return stats["median"]
 
 
 def name_of(kernel):
@@ -179,28 +173,29 @@ for name, (kernel, args, kwargs) in RECORDED.items():
     if only and name not in only:
         continue
     configs = launch.autotune_configs(kernel)
-    tried = configs
-    if opts.search and configs:
-        import triton
+    if configs and opts.search:
         warps, stages = ([int(x) for x in part.split(",")] for part in opts.search.split(":"))
         blocks = {tuple(sorted(c.kwargs.items())): c.kwargs for c in configs}
-        tried = [triton.Config(dict(kw), num_warps=w, num_stages=st) for kw in blocks.values() for w in warps
-                 for st in stages]
-    plain = [None] if not opts.warps else [("warps", int(x)) for x in opts.warps.split(",")]
-    for config in tried or plain:
-        if isinstance(config, tuple):
-            kwargs = {**RECORDED[name][2], "num_warps": config[1]}
-            label, config = f"{name} (num_warps={config[1]})", None
-        else:
-            label = (f"{name} {config.kwargs} w{config.num_warps} s{config.num_stages}" if config is not None
-                     else f"{name} (num_warps={kwargs.get('num_warps')})")
+        configs_tried = [triton.Config(dict(kw), num_warps=w, num_stages=st) for kw in blocks.values()
+                         for w in warps for st in stages]
+    else:
+        configs_tried = configs
+    # (label, config or None, launch kwargs): autotuned kernels one config at a time; the others as recorded,
+    # or at each of --warps
+    if configs_tried:
+        runs = [(f"{name} {c.kwargs} w{c.num_warps} s{c.num_stages}", c, kwargs) for c in configs_tried]
+    elif opts.warps:
+        runs = [(f"{name} (num_warps={w})", None, {**kwargs, "num_warps": w}) for w in map(int, opts.warps.split(","))]
+    else:
+        runs = [(f"{name} (num_warps={kwargs.get('num_warps')})", None, kwargs)]
+    for label, config, launch_kwargs in runs:
         if time.perf_counter() - T0 > opts.budget:
             skipped.append(label)
             continue
         if config is not None:
             kernel.configs = [config]
         try:
-            f, arrays = replay(kernel, args, kwargs)
+            f, arrays = replay(kernel, args, launch_kwargs)
             t = med(f, *arrays)
             best[name] = min(best.get(name, float("inf")), t)
             print(f"{label}: {t:.3f} ms", flush=True)

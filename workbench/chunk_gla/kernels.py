@@ -35,8 +35,9 @@ DIRECT_RANGE = 20.0  # (gla.11) a sub-chunk whose log-decays span at most this t
 RHO = tl.constexpr(DIRECT_RANGE)
 
 
-def _configs(block: str, sizes=(32, 64)):
-    return [triton.Config({block: b}, num_warps=w, num_stages=2) for b in sizes for w in (4, 8)]
+def _configs(block: str, sizes=(32, 64), warps=(4, 8), stages=(2,)):
+    """Every block size × warps × pipeline stages, in that order (the first is the interpreter's default)."""
+    return [triton.Config({block: b}, num_warps=w, num_stages=st) for b in sizes for w in warps for st in stages]
 
 
 def _prune(block: str, dim: str):

@@ -128,21 +128,9 @@ def _own_column_fwd(b_Aqk_own, b_L_own, j, k, b, row0, end, b_qi, b_ki, b_bi, b_
     return b_Aqk_own, b_L_own
 
 
-def _intra_configs():
-    """Key blocks of the forward's sub-chunk products (BKC), at 2, 4 or 8 warps (2 was the fastest on an
-    H200 at the target shape: the [16, ·] tiles are small)."""
-    return [triton.Config({"BKC": bkc}, num_warps=w, num_stages=st) for bkc in (32, 64) for w in (2, 4, 8)
-            for st in (1, 2)]
-
-
-def _wu_configs():
-    """Column blocks of the wu kernel at 4 or 8 warps and 1–3 stages (on an H200 at the target shape the
-    stage count moved it by up to 0.03 ms of 0.5, the best depending on the block and warps)."""
-    return [triton.Config({"BV": bv}, num_warps=w, num_stages=st) for bv in (32, 64) for w in (4, 8)
-            for st in (1, 2, 3)]
-
-
-@triton.autotune(configs=_intra_configs(), key=["H", "K", "BT"],
+# Key blocks of the forward's intra products (BKC) at 2, 4 or 8 warps (2 the fastest on an H200 at the target shape:
+# the [16, ·] tiles are small), 1 or 2 pipeline stages (NOTES.md, "Pipeline depth")
+@triton.autotune(configs=_configs("BKC", (32, 64), warps=(2, 4, 8), stages=(1, 2)), key=["H", "K", "BT"],
                  prune_configs_by={"early_config_prune": _prune("BKC", "q")})
 @triton.jit
 def chunk_kda_intra_kernel(q, k, b, beta, bounds,  # inputs
@@ -256,7 +244,8 @@ def chunk_kda_intra_kernel(q, k, b, beta, bounds,  # inputs
         tl.debug_barrier()
 
 
-@triton.autotune(configs=_wu_configs(), key=["H", "K", "V", "BT"],
+# 1–3 pipeline stages: the best depends on the block and warps (NOTES.md, "Pipeline depth")
+@triton.autotune(configs=_configs("BV", stages=(1, 2, 3)), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": _prune("BV", "v")})
 @triton.jit
 def chunk_kda_wu_kernel(q, k, v, b, beta, A, bounds,  # inputs
