@@ -66,7 +66,8 @@ do_full = jax.random.normal(ks[0], v.shape, jnp.float32).astype(v.dtype)
 dht_full = jax.random.normal(ks[1], (B, H, K, V), jnp.float32)
 static = kda._Static(scale=K ** -0.5, chunk_size=BT, tuning=kda.Tuning())
 static_unfused = kda._Static(scale=K ** -0.5, chunk_size=BT, tuning=kda.Tuning(fused_backward=False))
-rows, h0, cu = kda._packed(q, k, v, g, beta, None, None, B)
+cu = jnp.arange(B + 1, dtype=jnp.int32) * T
+rows, h0 = kda._packed(q, k, v, g, beta, None, cu, None, B)
 do = do_full.reshape(B * T, H, V)
 
 

@@ -67,3 +67,4 @@ def cu_seqlens(cu, batch: int, total_t: int, shapes: str):
         raise ValueError(
             f"cu_seqlens: last entry must equal the packed length {total_t} of {shapes}, got {values.tolist()}"
         )
+

@@ -10,6 +10,9 @@ the target dtype's subnormals to zero, which `round_to` puts back (float16: |x| 
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -33,3 +36,19 @@ def round_to(x, dtype):
         step = float(dst.smallest_subnormal)
         y = jnp.where(jnp.abs(x) < float(dst.smallest_normal), jnp.round(x / step) * step, y)
     return y
+
+
+def highest_precision(fn):
+    """Run `fn` with JAX's matrix products at full precision (HIGHEST), whatever the caller's default.
+
+    A reference is the yardstick of the error budget: on a GPU, XLA's default precision runs float32
+    products in TF32 (about 1e-3 relative), which would make a float32 reference less accurate than
+    the kernels it budgets. The precision is fixed in the traced program, so it holds under `jit` and
+    in the transposed products of its gradient.
+    """
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        with jax.default_matmul_precision("highest"):
+            return fn(*args, **kwargs)
+
+    return wrapped

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import triton
 
 from .. import _checks
+from .._bounds import keep_inside, packed_bounds
 from ..launch import triton_call
 from ..recurrent import _validate as _validate_recurrent
 from . import kernels
@@ -58,7 +59,8 @@ def chunk_gla(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, cu_se
       g: `[B, T, H]`, gk: `[B, T, H, K]`: natural-log decays (≤ 0), optional.
       scale: multiplies q; None means `K ** -0.5`.
       initial_state: `[N, H, K, V]` (N = B, or the number of sequences with `cu_seqlens`).
-      cu_seqlens: int32 `[N+1]` bounds of packed sequences (then B must be 1); may be traced.
+      cu_seqlens: int32 `[N+1]` bounds of packed sequences (then B must be 1); may be traced (any
+        values: the bounds rule of API.md applies).
       chunk_size: 16, 32 or 64 rows per chunk; T need not be a multiple of it.
       implementation: None/"triton" (Triton kernels; interpreter on CPU) or "reference" (JAX).
       tuning: static kernel choices (`Tuning`), for tests and bisecting.
@@ -83,12 +85,13 @@ def chunk_gla(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, cu_se
     B, T, H, K = q.shape
     V = v.shape[-1]
     scale = K ** -0.5 if scale is None else float(scale)
+    # Every kernel sees packed sequences; a fixed-length batch is cu_seqlens = arange(B+1)·T. Traced
+    # bounds go through the bounds rule (API.md); rows outside every sequence are zeroed in and out.
+    cu, inside = packed_bounds(cu_seqlens, B, T)
     if impl == "reference":
-        return chunk_gla_ref(q, k, v, g, gk, scale=scale, initial_state=initial_state, cu_seqlens=cu_seqlens,
-                             chunk_size=chunk_size)
-
-    # Every kernel sees packed sequences; a fixed-length batch is cu_seqlens = arange(B+1)·T.
-    cu = (jnp.arange(B + 1, dtype=jnp.int32) * T if cu_seqlens is None else cu_seqlens.astype(jnp.int32))
+        return chunk_gla_ref(q, k, v, g, gk, scale=scale, initial_state=initial_state,
+                             cu_seqlens=None if cu_seqlens is None else cu, chunk_size=chunk_size)
+    q, k, v, g, gk = (keep_inside(x, inside) for x in (q, k, v, g, gk))
     pack = lambda x: None if x is None else x.reshape(B * T, *x.shape[2:])  # noqa: E731
     # (gla.1) one per-key log-decay: gk as given when alone, else g broadcast over keys (+ gk) in float32
     a = pack(gk) if g is None else log_decay(pack(g), pack(gk), (B * T, H, K), jnp.float32)
@@ -96,7 +99,7 @@ def chunk_gla(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, cu_se
           else initial_state.astype(jnp.float32))
     static = _Static(scale=scale, chunk_size=chunk_size, tuning=tuning or Tuning())
     o, ht = _chunk_gla_packed(pack(q), pack(k), pack(v), a, h0, cu, static)
-    return o.reshape(B, T, H, V), ht
+    return keep_inside(o.reshape(B, T, H, V), inside), ht
 
 
 # ----------------------------------------------------------------------------- kernels

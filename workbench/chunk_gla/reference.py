@@ -21,6 +21,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+from .._bounds import bounds_rule
+from .._precision import highest_precision
 from .._precision import round_to as _round  # the kernel's rounding, kept by XLA on GPU
 from ..recurrent.reference import recurrent_ref
 
@@ -46,6 +48,7 @@ def log_decay(g, gk, shape, dtype):
 # ----------------------------------------------------------------------------- the parallel form
 
 
+@highest_precision
 def parallel_ref(q, k, v, g=None, gk=None, *, scale=None, initial_state=None):
     """(gla.2) The parallel form for a fixed-length batch: o and the final state from global prefix
     sums B_t = Σ_{u≤t} a_u, with the weight of token s at step t ≥ s written exp(B_t − B_s).
@@ -98,6 +101,7 @@ def chunk_slots(cu_seqlens, total: int, chunk_size: int):
     return start, end, seq, used & (c == 0), used & (c == n_chunks[seq] - 1)
 
 
+@highest_precision
 def chunk_gla_ref(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, cu_seqlens=None,
                   chunk_size: int = 64):
     """The chunkwise form (gla.3–gla.5), same signature and semantics as `workbench.chunk_gla`."""
@@ -111,7 +115,7 @@ def chunk_gla_ref(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, c
         cu = jnp.arange(B + 1, dtype=jnp.int32) * T
         pack = lambda x: None if x is None else x.reshape(B * T, *x.shape[2:])  # noqa: E731
     else:
-        cu = cu_seqlens
+        cu = bounds_rule(cu_seqlens, T)  # any values (API.md): rows outside every sequence give zeros
         pack = lambda x: None if x is None else x[0]  # noqa: E731
     N = cu.shape[0] - 1
     S0 = jnp.zeros((N, H, K, V), acc) if initial_state is None else initial_state.astype(acc)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import triton
 
 from .. import _checks
+from .._bounds import keep_inside, packed_bounds
 from ..launch import absent, triton_call
 from . import kernels
 from ._validate import Static, validate
@@ -68,7 +69,8 @@ def flash_attention(q, k, v, *, causal=False, scale=None, sliding_window=None, s
       sinks: `[H]` raw logits that join each row's softmax denominator and carry no value.
       bias: `[B|1, H|1, Tq, Tk]` added to the scaled logits.
       segment_ids: `(q_ids [B, Tq], kv_ids [B, Tk])` integer; a query sees keys with its id only.
-      cu_seqlens_q, cu_seqlens_k: int32 `[N+1]` bounds of packed sequences (B must be 1).
+      cu_seqlens_q, cu_seqlens_k: int32 `[N+1]` bounds of packed sequences (B must be 1); may be traced
+        (any values: the bounds rule of API.md applies).
       dropout_rate, dropout_key: dropout on the normalised probabilities, rescaled by 1/(1 − rate);
         the keep-mask is `dropout_keep_mask(dropout_key, (B, H, Tq, Tk), dropout_rate)`.
       return_lse: also return the log-sum-exp `[B, H, Tq]` float32 (natural log, sinks included).
@@ -96,17 +98,23 @@ def flash_attention(q, k, v, *, causal=False, scale=None, sliding_window=None, s
     Tk = k.shape[1]
     seeds = dropout_seeds(dropout_key) if spec.dropout_rate > 0 else None
     q_seg, kv_seg = (None, None) if segment_ids is None else segment_ids
+    varlen = cu_seqlens_q is not None
+    # Every kernel sees packed sequences (a batch row is one). Traced bounds go through the bounds rule
+    # (API.md): a query row outside every sequence sees nothing, a key outside is seen by no query.
+    cu_q, inside_q = packed_bounds(cu_seqlens_q, B, Tq, "cu_seqlens_q")
+    cu_k, inside_k = packed_bounds(cu_seqlens_k, B, Tk, "cu_seqlens_k")
     if impl == "reference":
         mask = None if seeds is None else keep_from_seeds(seeds, (B, H, Tq, Tk), spec.dropout_rate)
-        o, lse = _reference(q, k, v, sinks, bias, q_seg, kv_seg, cu_seqlens_q, cu_seqlens_k, mask, spec)
+        o, lse = _reference(q, k, v, sinks, bias, q_seg, kv_seg, *((cu_q, cu_k) if varlen else (None, None)),
+                            mask, spec)
     else:
-        static = _Static(spec=spec, varlen=cu_seqlens_q is not None, tuning=tuning or Tuning())
-        if cu_seqlens_q is None:
-            cu_q = jnp.arange(B + 1, dtype=jnp.int32) * Tq
-            cu_k = jnp.arange(B + 1, dtype=jnp.int32) * Tk
-        else:
-            cu_q, cu_k = cu_seqlens_q.astype(jnp.int32), cu_seqlens_k.astype(jnp.int32)
+        static = _Static(spec=spec, varlen=varlen, tuning=tuning or Tuning())
+        q, k, v = keep_inside(q, inside_q), keep_inside(k, inside_k), keep_inside(v, inside_k)
         o, lse = _flash(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static)
+        if inside_q is not None:  # the kernels never write rows outside every sequence: an empty row's values
+            o = keep_inside(o, inside_q)
+            empty_lse = -jnp.inf if sinks is None else sinks.astype(jnp.float32)[None, :, None]
+            lse = jnp.where(inside_q[None, None, :], lse, empty_lse)
     return (o, lse) if spec.return_lse else o
 
 

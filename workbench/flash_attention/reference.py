@@ -20,21 +20,26 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+from .._bounds import bounds_rule, packed_rows
+from .._precision import highest_precision
+
 
 def acc_dtype(dtype):
     """Accumulation dtype for inputs of `dtype`: float64 stays float64, everything else float32."""
     return jnp.float64 if jnp.dtype(dtype) == jnp.float64 else jnp.float32
 
 
-def _positions(T: int, cu_seqlens):
-    """(sequence index, position inside it, its length) of each of T packed rows; traced cu allowed."""
+def _positions(T: int, cu_seqlens, outside: int):
+    """(sequence index, position inside it, its length) of each of T packed rows. Traced bounds of any
+    value are allowed: the bounds rule (API.md) applies, and a row outside every sequence gets the
+    sequence index `outside` (negative, different for queries and keys, so it meets nothing)."""
     rows = jnp.arange(T, dtype=jnp.int32)
     if cu_seqlens is None:
         zeros = jnp.zeros((T,), jnp.int32)
         return zeros, rows, zeros + T
-    cu = cu_seqlens.astype(jnp.int32)
-    seq = jnp.searchsorted(cu, rows, side="right").astype(jnp.int32) - 1  # skips empty sequences
-    return seq, rows - cu[seq], cu[seq + 1] - cu[seq]
+    cu = bounds_rule(cu_seqlens, T)
+    seq, _, _, inside = packed_rows(cu, T)  # empty sequences own no row
+    return jnp.where(inside, seq, outside), rows - cu[seq], cu[seq + 1] - cu[seq]
 
 
 def allowed_mask(B: int, Tq: int, Tk: int, *, causal=False, window=None, segment_ids=None,
@@ -51,15 +56,15 @@ def allowed_mask(B: int, Tq: int, Tk: int, *, causal=False, window=None, segment
     """
     if (cu_seqlens_q is None) != (cu_seqlens_k is None):
         raise ValueError("cu_seqlens_q, cu_seqlens_k: give both or neither")
-    seq_q, i, Lq = _positions(Tq, cu_seqlens_q)
-    seq_k, j, Lk = _positions(Tk, cu_seqlens_k)
+    seq_q, i, Lq = _positions(Tq, cu_seqlens_q, outside=-1)
+    seq_k, j, Lk = _positions(Tk, cu_seqlens_k, outside=-2)
     i, Lq, seq_q = i[:, None], Lq[:, None], seq_q[:, None]
     j, seq_k = j[None, :], seq_k[None, :]
     # Lk of the query's own sequence: where the sequences differ the pair is masked anyway.
     if cu_seqlens_k is None:
         Lk = jnp.int32(Tk)
     else:
-        cu_k = cu_seqlens_k.astype(jnp.int32)
+        cu_k = bounds_rule(cu_seqlens_k, Tk)
         n = jnp.clip(seq_q, 0, cu_k.shape[0] - 2)
         Lk = cu_k[n + 1] - cu_k[n]
     diag = j - (Lk - Lq)  # key position on the query axis
@@ -76,6 +81,7 @@ def allowed_mask(B: int, Tq: int, Tk: int, *, causal=False, window=None, segment
     return allowed
 
 
+@highest_precision
 def attention_ref(q, k, v, *, scale, causal=False, window=None, softcap=None, sinks=None, bias=None,
                   segment_ids=None, cu_seqlens_q=None, cu_seqlens_k=None, dropout_rate=0.0,
                   dropout_mask=None):

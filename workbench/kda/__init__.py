@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import triton
 
 from .. import _checks
+from .._bounds import keep_inside, packed_bounds
 from ..chunk_gla.reference import chunk_slots
 from ..launch import triton_call
 from ..recurrent import _validate as _validate_common
@@ -87,14 +88,13 @@ def _chunk_size(chunk_size, q):
         raise ValueError(f"chunk_size: expected one of {CHUNK_SIZES}, got {chunk_size!r} (q {tuple(q.shape)})")
 
 
-def _packed(q, k, v, g, beta, initial_state, cu_seqlens, N):
-    """(rows [B·T, H, ·] of every input, h0 [N, H, K, V] float32, cu_seqlens int32)."""
+def _packed(q, k, v, g, beta, initial_state, cu, inside, N):
+    """(rows [B·T, H, ·] of every input, zero outside every sequence; h0 [N, H, K, V] float32)."""
     B, T, H, K = q.shape
     V = v.shape[-1]
-    cu = (jnp.arange(B + 1, dtype=jnp.int32) * T if cu_seqlens is None else cu_seqlens.astype(jnp.int32))
     h0 = jnp.zeros((N, H, K, V), jnp.float32) if initial_state is None else initial_state.astype(jnp.float32)
-    rows = [x.reshape(B * T, *x.shape[2:]) for x in (q, k, v, g, beta)]
-    return rows, h0, cu
+    rows = [keep_inside(x, inside).reshape(B * T, *x.shape[2:]) for x in (q, k, v, g, beta)]
+    return rows, h0
 
 
 def chunk_kda(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None, chunk_size=64,
@@ -106,7 +106,8 @@ def chunk_kda(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=No
       g: `[B, T, H, K]` natural-log decays (≤ 0); beta: `[B, T, H]`, usually in (0, 1).
       scale: multiplies q; None means `K ** -0.5`.
       initial_state: `[N, H, K, V]` (N = B, or the number of sequences with `cu_seqlens`).
-      cu_seqlens: int32 `[N+1]` bounds of packed sequences (then B must be 1); may be traced.
+      cu_seqlens: int32 `[N+1]` bounds of packed sequences (then B must be 1); may be traced (any
+        values: the bounds rule of API.md applies).
       chunk_size: 16, 32 or 64 rows per chunk; T need not be a multiple of it.
       implementation: None/"triton" (Triton kernels; interpreter on CPU) or "reference" (JAX).
       tuning: static kernel choices (`Tuning`), for tests, bisecting and timing.
@@ -131,17 +132,19 @@ def chunk_kda(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=No
     _chunk_size(chunk_size, q)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     if impl == "reference":
-        return chunk_kda_ref(q, k, v, g, beta, scale=scale, initial_state=initial_state, cu_seqlens=cu_seqlens,
-                             chunk_size=chunk_size)
+        cu, _ = packed_bounds(cu_seqlens, *q.shape[:2])  # checkify's check of traced bounds
+        return chunk_kda_ref(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                             cu_seqlens=None if cu_seqlens is None else cu, chunk_size=chunk_size)
     return _chunk_kda_triton(q, k, v, g, beta, initial_state, cu_seqlens, N,
                              _Static(scale=scale, chunk_size=chunk_size, tuning=tuning or Tuning()))
 
 
 def _chunk_kda_triton(q, k, v, g, beta, initial_state, cu_seqlens, N, static: _Static):
     B, T, H, _ = q.shape
-    rows, h0, cu = _packed(q, k, v, g, beta, initial_state, cu_seqlens, N)
+    cu, inside = packed_bounds(cu_seqlens, B, T)  # traced bounds: the bounds rule (API.md)
+    rows, h0 = _packed(q, k, v, g, beta, initial_state, cu, inside, N)
     o, ht = _chunk_kda_packed(*rows, h0, cu, static)
-    return o.reshape(B, T, H, v.shape[-1]), ht
+    return keep_inside(o.reshape(B, T, H, v.shape[-1]), inside), ht
 
 
 def chunk_kda_wy_variant(q, k, v, g, beta, *, variant: str, scale=None, initial_state=None, cu_seqlens=None,
@@ -322,12 +325,14 @@ def recurrent_kda(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlen
     impl = _checks.implementation_name(implementation)
     N = _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, impl)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    if impl == "reference":
-        return recurrent_kda_ref(q, k, v, g, beta, scale=scale, initial_state=initial_state, cu_seqlens=cu_seqlens)
     B, T, H, _ = q.shape
-    rows, h0, cu = _packed(q, k, v, g, beta, initial_state, cu_seqlens, N)
+    cu, inside = packed_bounds(cu_seqlens, B, T)  # traced bounds: the bounds rule (API.md)
+    if impl == "reference":
+        return recurrent_kda_ref(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                                 cu_seqlens=None if cu_seqlens is None else cu)
+    rows, h0 = _packed(q, k, v, g, beta, initial_state, cu, inside, N)
     o, ht = _recurrent_kda_packed(*rows, h0, cu, _Static(scale=scale, chunk_size=0, tuning=tuning or Tuning()))
-    return o.reshape(B, T, H, v.shape[-1]), ht
+    return keep_inside(o.reshape(B, T, H, v.shape[-1]), inside), ht
 
 
 def _n_checkpoints(TT: int, N: int) -> int:

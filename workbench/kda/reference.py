@@ -32,6 +32,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._bounds import bounds_rule, keep_inside, packed_rows
+from .._precision import highest_precision
 from .._precision import round_to as _round  # the kernel's rounding, kept by XLA on GPU
 from ..chunk_gla.reference import chunk_slots
 
@@ -71,6 +73,7 @@ def _scan_sequence(q, k, v, g, beta, S0, scale):
     return o, S
 
 
+@highest_precision
 def recurrent_kda_ref(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None):
     """The definition (kda.1), same signature and semantics as `workbench.recurrent_kda`."""
     q, k, v, g, beta = (jnp.asarray(x) for x in (q, k, v, g, beta))
@@ -91,15 +94,15 @@ def recurrent_kda_ref(q, k, v, g, beta, *, scale=None, initial_state=None, cu_se
 def _packed_scan(q, k, v, g, beta, S0, scale, cu_seqlens, out_dtype):
     """Packed sequences [TT, H, ·]: one scan over all rows, the state reset at each sequence start.
 
-    Works with a traced `cu_seqlens`; zero-length sequences keep their initial state as final state.
+    Works with a traced `cu_seqlens` of any values (the bounds rule, API.md: rows outside every sequence
+    give zeros); zero-length sequences keep their initial state as final state.
     """
     TT, H, K = q.shape
     V = v.shape[-1]
     dtype = S0.dtype
-    cu = cu_seqlens.astype(jnp.int32)
-    rows = jnp.arange(TT, dtype=jnp.int32)
-    seq = jnp.searchsorted(cu, rows, side="right").astype(jnp.int32) - 1
-    first, last = rows == cu[seq], rows == cu[seq + 1] - 1
+    seq, first, last, inside = packed_rows(cu_seqlens, TT)
+    # rows outside every sequence (the bounds rule, API.md) read zeros and are never written
+    q, k, v, g, beta = (keep_inside(x[None], inside)[0] for x in (q, k, v, g, beta))
     step_heads = jax.vmap(kda_step, in_axes=(0, 0, 0, 0, 0, 0, None))
 
     def step(carry, xs):
@@ -111,7 +114,7 @@ def _packed_scan(q, k, v, g, beta, S0, scale, cu_seqlens, out_dtype):
         return (S, finals), o_t
 
     (_, finals), o = lax.scan(step, (jnp.zeros((H, K, V), dtype), S0), (q, k, v, g, beta, seq, first, last))
-    return o[None].astype(out_dtype), finals
+    return keep_inside(o[None], inside).astype(out_dtype), finals
 
 
 # ----------------------------------------------------------------------------- stages of the chunkwise form
@@ -231,6 +234,7 @@ def chunk_output(q, b, hs, Aqk, delta, scale, storage):
 # ----------------------------------------------------------------------------- the chunkwise form
 
 
+@highest_precision
 def chunk_kda_ref(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None, chunk_size: int = 64):
     """The chunkwise form (kda.2–kda.6), same signature and semantics as `workbench.chunk_kda`."""
     q, k, v, g, beta, initial_state = (None if x is None else jnp.asarray(x)
@@ -244,7 +248,7 @@ def chunk_kda_ref(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlen
         cu = jnp.arange(B + 1, dtype=jnp.int32) * T
         pack = lambda x: x.reshape(B * T, *x.shape[2:])  # noqa: E731
     else:
-        cu = cu_seqlens
+        cu = bounds_rule(cu_seqlens, T)
         pack = lambda x: x[0]  # noqa: E731
     N = cu.shape[0] - 1
     S0 = jnp.zeros((N, H, K, V), acc) if initial_state is None else initial_state.astype(acc)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import triton
 
 from .. import _checks
+from .._bounds import keep_inside, packed_bounds
 from ..launch import triton_call
 from . import kernels
 from .reference import recurrent_ref
@@ -57,7 +58,8 @@ def recurrent(q, k, v, g=None, g_gamma=None, gk=None, gv=None, *, scale=None, in
       scale: multiplies q; None means `K ** -0.5`.
       initial_state: `[N, H, K, V]` (N = B, or the number of sequences with `cu_seqlens`).
       reverse: run each sequence from its last token to its first.
-      cu_seqlens: int32 `[N+1]` bounds of packed sequences (then B must be 1).
+      cu_seqlens: int32 `[N+1]` bounds of packed sequences (then B must be 1); may be traced (any
+        values: the bounds rule of API.md applies).
       implementation: None/"triton" (Triton kernels; interpreter on CPU) or "reference" (JAX).
       tuning: static kernel choices (`Tuning`), for tests and bisecting.
 
@@ -81,21 +83,19 @@ def recurrent(q, k, v, g=None, g_gamma=None, gk=None, gv=None, *, scale=None, in
     scale = K ** -0.5 if scale is None else float(scale)
     if g_gamma is not None:  # a constant (API.md): no gradient flows to it
         g_gamma = jax.lax.stop_gradient(g_gamma).astype(jnp.float32)
+    # Every kernel sees packed sequences; a fixed-length batch is cu_seqlens = arange(B+1)·T. Traced
+    # bounds go through the bounds rule (API.md); rows outside every sequence are zeroed in and out.
+    cu, inside = packed_bounds(cu_seqlens, B, T)
     if impl == "reference":
         return recurrent_ref(q, k, v, g, g_gamma, gk, gv, scale=scale, initial_state=initial_state,
-                             reverse=reverse, cu_seqlens=cu_seqlens)
-
-    # Every kernel sees packed sequences; a fixed-length batch is cu_seqlens = arange(B+1)·T.
-    if cu_seqlens is None:
-        cu = jnp.arange(B + 1, dtype=jnp.int32) * T
-    else:
-        cu = cu_seqlens.astype(jnp.int32)
+                             reverse=reverse, cu_seqlens=None if cu_seqlens is None else cu)
+    q, k, v, g, gk, gv = (keep_inside(x, inside) for x in (q, k, v, g, gk, gv))
     pack = lambda x: None if x is None else x.reshape(1, B * T, *x.shape[2:])  # noqa: E731
     h0 = (jnp.zeros((N, H, K, V), jnp.float32) if initial_state is None
           else initial_state.astype(jnp.float32))
     static = _Static(scale=scale, reverse=bool(reverse), tuning=tuning or Tuning())
     o, ht = _recurrent_packed(pack(q), pack(k), pack(v), pack(g), pack(gk), pack(gv), g_gamma, h0, cu, static)
-    return o.reshape(B, T, H, V), ht
+    return keep_inside(o.reshape(B, T, H, V), inside), ht
 
 
 def _validate(q, k, v, g, g_gamma, gk, gv, scale, initial_state, cu_seqlens, impl) -> int:

@@ -18,6 +18,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._bounds import keep_inside, packed_rows
+from .._precision import highest_precision
+
 
 def _acc_dtype(*xs):
     return jnp.float64 if any(x is not None and x.dtype == jnp.float64 for x in xs) else jnp.float32
@@ -61,6 +64,7 @@ def _per_head(x, axis):
     return None if x is None else jnp.moveaxis(x, axis, 0)
 
 
+@highest_precision
 def recurrent_ref(q, k, v, g=None, g_gamma=None, gk=None, gv=None, *, scale=None,
                   initial_state=None, reverse=False, cu_seqlens=None):
     """The definition (rec.1), same signature and semantics as `workbench.recurrent`."""
@@ -91,17 +95,18 @@ def recurrent_ref(q, k, v, g=None, g_gamma=None, gk=None, gv=None, *, scale=None
 def _packed_scan(q, k, v, g, g_gamma, gk, gv, S0, scale, reverse, cu_seqlens, out_dtype):
     """Packed sequences [TT, H, ·]: one scan over all rows, resetting S at each sequence start.
 
-    Works with a traced `cu_seqlens`: the sequence of each row is found with `searchsorted`.
+    Works with a traced `cu_seqlens` of any values: the bounds rule (API.md) makes them valid, the
+    sequence of each row is found with `searchsorted`, rows outside every sequence give zeros.
     Zero-length sequences keep their initial state as their final state.
     """
     TT, H, K = q.shape
     V = v.shape[-1]
     dtype = S0.dtype
-    cu = cu_seqlens.astype(jnp.int32)
-    rows = jnp.arange(TT, dtype=jnp.int32)
-    seq = jnp.searchsorted(cu, rows, side="right").astype(jnp.int32) - 1
-    first = rows == (cu[seq + 1] - 1 if reverse else cu[seq])
-    last = rows == (cu[seq] if reverse else cu[seq + 1] - 1)
+    seq, first, last, inside = packed_rows(cu_seqlens, TT)
+    if reverse:
+        first, last = last, first
+    # rows outside every sequence (the bounds rule, API.md) read zeros and are never written
+    q, k, v, g, gk, gv = (None if x is None else keep_inside(x[None], inside)[0] for x in (q, k, v, g, gk, gv))
     zeros_k, zeros_v, zeros_1 = jnp.zeros((TT, H, K)), jnp.zeros((TT, H, V)), jnp.zeros((TT, H))
     gamma = jnp.zeros((H,), dtype) if g_gamma is None else g_gamma.astype(dtype)
 
@@ -119,12 +124,13 @@ def _packed_scan(q, k, v, g, g_gamma, gk, gv, S0, scale, reverse, cu_seqlens, ou
     xs = (q, k, v, zeros_1 if g is None else g, zeros_k if gk is None else gk,
           zeros_v if gv is None else gv, seq, first, last)
     (_, finals), o = lax.scan(step, (jnp.zeros((H, K, V), dtype), S0), xs, reverse=reverse)
-    return o[None].astype(out_dtype), finals
+    return keep_inside(o[None], inside).astype(out_dtype), finals
 
 
 # ----------------------------------------------------------------------------- derived backward
 
 
+@highest_precision
 def recurrent_bwd_ref(q, k, v, g, g_gamma, gk, gv, S0, do, dST, *, scale, reverse=False):
     """The derived backward (rec.3–rec.9) for one fixed-length batch, in the dtype of the inputs.
 

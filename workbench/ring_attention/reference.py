@@ -22,6 +22,7 @@ from collections.abc import Callable
 import jax.numpy as jnp
 import numpy as np
 
+from .._precision import highest_precision
 from ..flash_attention.reference import acc_dtype, allowed_mask, attention_ref
 from . import schedule
 from .schedule import Block
@@ -99,6 +100,7 @@ def reference_attend(q, k, v, *, causal, scale):
     return attention_ref(q.astype(acc), k.astype(acc), v.astype(acc), scale=scale, causal=causal)
 
 
+@highest_precision
 def reference_gradients(q, k, v, o, lse, do, *, causal, scale):
     """(ring.3) dq, dk, dv of one block from the merged o and lse (fa.5 with the global row statistics):
 
@@ -125,6 +127,7 @@ def reference_gradients(q, k, v, o, lse, do, *, causal, scale):
 # ----------------------------------------------------------------------------- the ring on one device
 
 
+@highest_precision
 def simulate_ring(q, k, v, do, *, n: int, layout: str, causal: bool, scale=None,
                   attend: Attend = reference_attend, gradients: Gradients = reference_gradients):
     """The ring's forward and backward with n simulated devices, sequentially, on global arrays in

@@ -1,0 +1,84 @@
+"""Sequence bounds that cannot leave the buffers: the rule every op applies to `cu_seqlens`.
+
+API.md ("Sequence bounds") states it: concrete bounds are checked when the op is traced
+(`_checks.cu_seqlens`, a ValueError); traced ones are made valid, on the Triton and the reference
+path alike, by clamping every entry into [0, total] and taking the running maximum. Rows outside
+every sequence then get zero output and zero gradient. Under `jax.experimental.checkify` an invalid
+traced bound raises instead.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import checkify
+
+
+def bounds_rule(cu, total: int):
+    """The sequence-bounds rule: every entry clamped into [0, total], then the running maximum, so any
+    int32 array becomes valid bounds. Valid bounds are unchanged."""
+    return jax.lax.cummax(jnp.clip(jnp.asarray(cu).astype(jnp.int32), 0, total))
+
+
+def inside_rows(cu, total: int):
+    """bool [total]: the rows that belong to some sequence of valid bounds `cu` (cu[0] ≤ row < cu[N])."""
+    rows = jnp.arange(total, dtype=jnp.int32)
+    return (rows >= cu[0]) & (rows < cu[-1])
+
+
+def traced_bounds(name: str, cu, total: int):
+    """Bounds the kernels may use: `(cu int32 [N+1], inside bool [total] or None)`.
+
+    A concrete `cu` was checked by `_checks.cu_seqlens` (a ValueError for invalid values), so it passes as it
+    is and every row is inside (None). A traced one cannot be checked when the op is traced: it goes
+    through `bounds_rule`, and under `jax.experimental.checkify` (errors=checkify.user_checks) an
+    invalid one raises, naming `name` and the first offending entry. Without checkify the check is
+    dropped: no host synchronisation.
+    """
+    cu = jnp.asarray(cu)
+    if not isinstance(cu, jax.core.Tracer):
+        return cu.astype(jnp.int32), None
+    raw = cu.astype(jnp.int32)
+    valid = bounds_rule(raw, total)
+    ok = raw == valid  # in [0, total] and not below an earlier entry
+    ok = ok.at[0].set(raw[0] == 0).at[-1].set(ok[-1] & (raw[-1] == total))
+    first_bad = jnp.argmin(ok)  # the first False (0 when all are True: unused then)
+    checkify.debug_check(
+        jnp.all(ok),
+        f"{name}: traced bounds must start at 0, be non-decreasing and end at the packed length {total}; "
+        "entry {i} is {value} (all entries: {entries})",
+        i=first_bad, value=raw[first_bad], entries=raw)
+    return valid, inside_rows(valid, total)
+
+
+def packed_bounds(cu_seqlens, B: int, T: int, name: str = "cu_seqlens"):
+    """What the kernels see of a batch `[B, T, ...]`: `(cu, inside)` — fixed-length rows as sequences
+    (cu = arange(B+1)·T) when `cu_seqlens` is None, else `traced_bounds` of it."""
+    if cu_seqlens is None:
+        return jnp.arange(B + 1, dtype=jnp.int32) * T, None
+    return traced_bounds(name, cu_seqlens, T)
+
+
+def keep_inside(x, inside):
+    """x `[1, T, ...]` with the rows outside every sequence set to zero (None passes; so does inside=None).
+
+    Applied to a kernel's inputs, it also zeroes their gradients on those rows: the backward kernels
+    never write them, and the `where` drops whatever is there."""
+    if x is None or inside is None:
+        return x
+    return jnp.where(inside.reshape((1, -1) + (1,) * (x.ndim - 2)), x, jnp.zeros((), x.dtype))
+
+
+def packed_rows(cu, total: int):
+    """For each of `total` packed rows under bounds `cu` (any int32; the rule is applied here):
+    `(seq, first, last, inside)` — its sequence index (clipped into [0, N−1] for rows outside every
+    sequence), whether it is its sequence's first or last row (False outside), and whether it is
+    inside some sequence. Empty sequences own no row."""
+    cu = bounds_rule(cu, total)
+    N = cu.shape[0] - 1
+    rows = jnp.arange(total, dtype=jnp.int32)
+    inside = inside_rows(cu, total)
+    seq = jnp.clip(jnp.searchsorted(cu, rows, side="right").astype(jnp.int32) - 1, 0, N - 1)
+    first = inside & (rows == cu[seq])
+    last = inside & (rows == cu[seq + 1] - 1)
+    return seq, first, last, inside
