@@ -226,12 +226,18 @@ def triton_call(
     input_output_aliases: dict[int, int] | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    tune_inputs: dict[str, Any] | None = None,
     **metaparams: Any,
 ) -> Any:
     """Launch `kernel` on `args` and return its outputs (jax-triton's `triton_call` convention).
 
     `None` in `args` becomes the `absent()` placeholder; test it in the kernel with a
     `triton.heuristics({"USE_X": given("x")})` flag.
+
+    On a GPU an `@triton.autotune` kernel's config is chosen by `workbench.autotune` and remembered on
+    disk; `tune_inputs` maps integer array arguments (sequence bounds, slot tables) to concrete
+    stand-ins of the same shape and dtype that it may time the configs on when they are traced.
+    The interpreter ignores it.
     """
     args = tuple(absent() if a is None else a for a in args)
     single = not isinstance(out_shape, (list, tuple))
@@ -242,19 +248,20 @@ def triton_call(
             args, kernel, out_shapes, grid, zeroed_outputs, input_output_aliases or {}, metaparams
         )
     else:
-        import jax_triton  # imported here: it refuses to import without a GPU-enabled jaxlib
+        from . import autotune  # jax-triton, with configs chosen and remembered (docs/autotune.md)
 
-        outs = jax_triton.triton_call(
-            *args,
+        outs = autotune.call(
+            args,
             kernel=kernel,
-            out_shape=out_shapes,
+            out_shapes=out_shapes,
             grid=grid,
             name=name,
             zeroed_outputs=zeroed_outputs,
             input_output_aliases=input_output_aliases,
             num_warps=num_warps,
             num_stages=num_stages,
-            **metaparams,
+            metaparams=metaparams,
+            tune_inputs=tune_inputs,
         )
     return outs[0] if single else list(outs)
 

@@ -1,0 +1,444 @@
+"""workbench.autotune on a CPU: keys, the store (corrupt files, unwritable folders, two writers), the choice
+with a stub timer, the launcher's GPU branch with a stub jax-triton, and the compiled-kernel cache with a
+stub compiler. The real thing (jax-triton on a GPU) is exercised by `workbench bench --first-call`."""
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+import types
+import warnings
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import triton
+
+from workbench import autotune, launch
+from workbench.recurrent import kernels as recurrent_kernels
+
+AUTOTUNE_PY = Path(autotune.__file__)
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv(autotune.CACHE_VAR, str(folder))
+    monkeypatch.delenv(autotune.MODE_VAR, raising=False)
+    monkeypatch.setattr(autotune, "_WARNED", set())
+    monkeypatch.setattr(autotune, "_CHOICES", {})
+    monkeypatch.setattr(autotune, "STATS", autotune.collections.Counter())
+    return folder
+
+
+def _configs(n=3):
+    return [triton.Config({"BV": 16 * 2 ** i}, num_warps=4, num_stages=2) for i in range(n)]
+
+
+def _key(**changes):
+    fields = dict(kernel="k", source="abc", candidates=_configs(), key_values={"H": 2, "K": {"shape": [4], "dtype": "f"}},
+                  arrays=[["q", "bfloat16", "given"]], device="NVIDIA H100", versions={"triton": "3.6.0", "jax_triton": "0.3.1"})
+    return autotune.tuning_key(**{**fields, **changes})
+
+
+class Timer:
+    """A stub timer: ms per config from `times` (by BV), counting calls."""
+
+    def __init__(self, times):
+        self.times, self.calls = times, []
+
+    def __call__(self, config):
+        self.calls.append(config.kwargs["BV"])
+        result = self.times[config.kwargs["BV"]]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+
+# ----------------------------------------------------------------------------- environment
+
+
+def test_mode_is_on_by_default_and_a_bad_value_names_the_variable(monkeypatch):
+    assert autotune.mode() == "on"
+    for value in ("off", "ON", " refresh "):
+        monkeypatch.setenv(autotune.MODE_VAR, value)
+        assert autotune.mode() == value.strip().lower()
+    monkeypatch.setenv(autotune.MODE_VAR, "sometimes")
+    with pytest.raises(ValueError, match="WORKBENCH_AUTOTUNE.*sometimes"):
+        autotune.mode()
+
+
+def test_cache_dir_defaults_to_the_user_cache(monkeypatch, tmp_path):
+    monkeypatch.delenv(autotune.CACHE_VAR)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert autotune.cache_dir() == tmp_path / ".cache" / "workbench"
+
+
+# ----------------------------------------------------------------------------- keys
+
+
+def test_the_key_changes_with_source_configs_key_values_device_and_versions():
+    base = autotune.digest(_key())
+    assert autotune.digest(_key()) == base
+    assert autotune.digest(_key(candidates=tuple(_configs()))) == base  # canonical: tuples are lists
+    changed = [
+        _key(source="abd"), _key(candidates=_configs(2)), _key(candidates=_configs()[::-1]),
+        _key(candidates=[triton.Config({"BV": 16}, num_warps=8, num_stages=2), *_configs()[1:]]),
+        _key(key_values={"H": 4, "K": {"shape": [4], "dtype": "f"}}),
+        _key(key_values={"H": 2, "K": {"shape": [8], "dtype": "f"}}),
+        _key(arrays=[["q", "float32", "given"]]), _key(arrays=[["q", "bfloat16", "empty"]]),
+        _key(device="NVIDIA H200"), _key(versions={"triton": "3.6.1", "jax_triton": "0.3.1"}),
+        _key(versions={"triton": "3.6.0", "jax_triton": "0.3.2"}),
+    ]
+    digests = {autotune.digest(k) for k in changed}
+    assert base not in digests and len(digests) == len(changed)
+
+
+def _recurrent_call(V=16, gk=True, N=2, T=24):
+    """The arguments of workbench.recurrent's forward launch, abstract."""
+    H, K = 2, 16
+    TT = N * T
+    f = jax.ShapeDtypeStruct
+    args = (f((1, TT, H, K), jnp.bfloat16), f((1, TT, H, K), jnp.bfloat16), f((1, TT, H, V), jnp.bfloat16),
+            f((1, TT, H, K), jnp.float32) if gk else f(launch.ABSENT_SHAPE, jnp.int8), f(launch.ABSENT_SHAPE, jnp.int8),
+            f((N, H, K, V), jnp.float32), f((N + 1,), jnp.int32))
+    outs = [f((1, TT, H, V), jnp.bfloat16), f((N, H, K, V), jnp.float32), f((0,), jnp.float32)]
+    meta = dict(scale=0.25, H=H, K=K, V=V, BK=16, CHUNK=recurrent_kernels.CHUNK, REVERSE=False)
+    return args, outs, meta
+
+
+def _plan(**kw):
+    args, outs, meta = _recurrent_call(**kw)
+    return autotune.plan(recurrent_kernels.recurrent_fwd_kernel, args, outs, meta, device="NVIDIA H100",
+                         versions={"triton": "3.6.0", "jax_triton": "0.3.1"})
+
+
+def test_a_real_kernels_plan_prunes_as_jax_triton_and_keys_its_autotune_arguments():
+    p = _plan(V=16)
+    assert p.key["kernel"] == "recurrent_fwd_kernel" and p.inner is recurrent_kernels.recurrent_fwd_kernel.fn
+    # _prune_fwd keeps BV ≤ next_power_of_2(V) = 16: the three warp counts of BV = 16
+    assert [(c.kwargs["BV"], c.num_warps) for c in p.candidates] == [(16, 1), (16, 2), (16, 4)]
+    # key=["H", "K", "V", "USE_GK", "USE_GV", "SAVE"]: metaparams by value, heuristic flags evaluated
+    assert p.key["key"] == {"H": 2, "K": 16, "V": 16, "USE_GK": True, "USE_GV": False, "SAVE": False}
+    assert ["gv", "int8", "empty"] in p.key["arrays"] and ["cu_seqlens", "int32", "given"] in p.key["arrays"]
+    assert len({autotune.digest(_plan(**kw).key) for kw in ({}, {"V": 32}, {"gk": False})}) == 3
+    assert autotune.digest(_plan(T=40).key) == autotune.digest(p.key)  # T is not an autotune key
+
+
+# ----------------------------------------------------------------------------- store
+
+
+def test_the_store_round_trips_and_ignores_what_it_cannot_use(tmp_path):
+    store = autotune.Store(tmp_path / "s")
+    key = _key()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert store.read(key) is None  # no file: no warning
+        path = store.write(key, {"config": 1})
+    assert path == store.path(key) and path.name == autotune.digest(key) + ".json"
+    assert store.read(key)["config"] == 1
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+
+    for text, why in (("{not json", "corrupt"), ("[1, 2]", "corrupt"),
+                      (json.dumps({"format": autotune.FORMAT, "key": _key(source="x"), "config": 1}), "another key"),
+                      (json.dumps({"format": autotune.FORMAT + 1, "key": key, "config": 1}), "format")):
+        path.write_text(text)
+        with pytest.warns(autotune.CacheWarning, match=why):
+            assert store.read(key) is None
+    path.write_bytes(b"\xff\xfe\x00")
+    with pytest.warns(autotune.CacheWarning, match="unreadable"):
+        assert store.read(key) is None
+
+
+def test_an_unwritable_cache_folder_is_a_warning(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    store = autotune.Store(blocker / "autotune")  # a folder under a regular file cannot exist
+    with pytest.warns(autotune.CacheWarning, match="could not write"):
+        assert store.write(_key(), {"config": 1}) is None
+    with pytest.warns(autotune.CacheWarning, match="could not write"):
+        choice = autotune.Choices(store).tune(_key(), _configs(), Timer({16: 3.0, 32: 1.0, 64: 2.0}))
+    assert choice.config.kwargs["BV"] == 32  # still chosen, only not remembered
+
+
+WRITER = textwrap.dedent("""
+    import importlib.util, sys
+    spec = importlib.util.spec_from_file_location("autotune_alone", sys.argv[1])
+    mod = importlib.util.module_from_spec(spec); sys.modules[spec.name] = mod; spec.loader.exec_module(mod)
+    store, key = mod.Store(sys.argv[2]), {"kernel": "k", "n": 1}
+    print("ready", flush=True); sys.stdin.readline()
+    for i in range(50):
+        store.write(key, {"value": sys.argv[3], "padding": sys.argv[3] * 20000, "i": i})
+""")
+
+
+def test_two_processes_writing_one_key_leave_one_whole_file(tmp_path):
+    folder = tmp_path / "shared"
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(AUTOTUNE_PY), str(folder), value],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for value in "ab"]
+    for w in writers:
+        assert w.stdout.readline().strip() == "ready"
+    for w in writers:  # both start writing together
+        w.stdin.write("go\n")
+        w.stdin.flush()
+    store, key, seen = autotune.Store(folder), {"kernel": "k", "n": 1}, set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a torn file would be a CacheWarning
+        while any(w.poll() is None for w in writers):
+            entry = store.read(key)
+            if entry is not None:
+                assert entry["padding"] == entry["value"] * 20000
+                seen.add(entry["value"])
+        assert [w.wait() for w in writers] == [0, 0]
+        final = store.read(key)
+    for w in writers:
+        w.stdin.close()
+        w.stdout.close()
+    assert final["value"] in "ab" and final["i"] == 49 and final["padding"] == final["value"] * 20000
+    assert [p.name for p in folder.iterdir()] == [store.path(key).name]
+    assert seen <= {"a", "b"}
+
+
+# ----------------------------------------------------------------------------- choice
+
+
+def test_the_fastest_is_chosen_stored_and_found_again_without_timing(tmp_path):
+    store = autotune.Store(tmp_path)
+    key, configs = _key(), _configs()
+    timer = Timer({16: 3.0, 32: 1.0, 64: 2.0})
+    book = autotune.Choices(store)
+    assert book.lookup(key, configs) is None
+    choice = book.tune(key, configs, timer)
+    assert (choice.config.kwargs["BV"], choice.source, timer.calls) == (32, "tuned", [16, 32, 64])
+    entry = store.read(key)
+    assert entry["config"] == autotune.config_fields(configs[1])
+    assert [t["ms"] for t in entry["timings_ms"]] == [3.0, 1.0, 2.0]
+
+    assert book.lookup(key, configs).source == "memory"
+    fresh = autotune.Choices(store)  # a new process
+    hit = fresh.lookup(key, configs)
+    assert (hit.config.kwargs["BV"], hit.source) == (32, "disk") and timer.calls == [16, 32, 64]
+    for other in (_key(source="changed"), _key(candidates=_configs(2)), _key(device="NVIDIA H200"),
+                  _key(versions={"triton": "3.7.0", "jax_triton": "0.3.1"})):
+        assert fresh.lookup(other, configs) is None
+    assert autotune.Choices(store).lookup(key, configs[:1]).source == "only"  # one candidate: nothing to time
+
+
+def test_refresh_times_again_once_and_overwrites(tmp_path):
+    store = autotune.Store(tmp_path)
+    key, configs = _key(), _configs()
+    autotune.Choices(store).tune(key, configs, Timer({16: 3.0, 32: 1.0, 64: 2.0}))
+    book = autotune.Choices(store)  # a new process, WORKBENCH_AUTOTUNE=refresh
+    assert book.lookup(key, configs).source == "disk"
+    assert book.lookup(key, configs, refresh=True) is None  # what it read from disk does not count
+    choice = book.tune(key, configs, Timer({16: 0.5, 32: 1.0, 64: 2.0}))
+    assert choice.config.kwargs["BV"] == 16
+    assert book.lookup(key, configs, refresh=True).source == "memory"  # tuned in this process
+    assert store.read(key)["config"] == autotune.config_fields(configs[0])
+
+
+def test_a_config_that_fails_loses_and_none_running_is_an_error(tmp_path):
+    book = autotune.Choices(autotune.Store(tmp_path))
+    choice = book.tune(_key(), _configs(), Timer({16: RuntimeError("out of shared memory"), 32: 2.0, 64: math.inf}))
+    assert choice.config.kwargs["BV"] == 32
+    timings = book.store.read(_key())["timings_ms"]
+    assert [t["ms"] for t in timings] == [None, 2.0, None] and "shared memory" in timings[0]["error"]
+    with pytest.raises(RuntimeError, match="no config of k ran"):
+        book.tune(_key(source="other"), _configs(), Timer({16: ValueError("x"), 32: ValueError("y"), 64: math.inf}))
+
+
+def test_a_corrupt_entry_is_tuned_again_and_replaced(tmp_path):
+    store = autotune.Store(tmp_path / "s")
+    key, configs = _key(), _configs()
+    store.path(key).parent.mkdir()
+    store.path(key).write_text('{"format": 1, "key": ')
+    book = autotune.Choices(store)
+    with pytest.warns(autotune.CacheWarning, match="corrupt"):
+        assert book.lookup(key, configs) is None
+    book.tune(key, configs, Timer({16: 3.0, 32: 1.0, 64: 2.0}))
+    assert store.read(key)["config"]["kwargs"] == {"BV": 32}
+    store.write(key, {"config": autotune.config_fields(triton.Config({"BV": 128}))})  # not a candidate
+    with pytest.warns(autotune.CacheWarning, match="not a candidate"):
+        assert autotune.Choices(store).lookup(key, configs) is None
+
+
+# ----------------------------------------------------------------------------- the launcher's GPU branch
+
+
+class Launcher:
+    """A stub `jax_triton.triton_call`: records each launch; outputs are zeros."""
+
+    def __init__(self):
+        self.launches = []
+
+    def __call__(self, *args, kernel, out_shape, num_warps=None, num_stages=None, num_ctas=1, **rest):
+        self.launches.append(dict(args=args, kernel=kernel, num_warps=num_warps, num_stages=num_stages,
+                                  num_ctas=num_ctas, meta=rest))
+        return [np.zeros(s.shape, s.dtype) for s in out_shape]
+
+
+def _gpu_call(args, launcher, timer=None, **kw):
+    _, outs, meta = _recurrent_call()
+    return autotune.call(args, kernel=recurrent_kernels.recurrent_fwd_kernel, out_shapes=outs, grid=(1,),
+                         name="t", zeroed_outputs=(), input_output_aliases=None, num_warps=None, num_stages=None,
+                         metaparams=meta, launch=launcher, timer=timer, device="NVIDIA H100", **kw)
+
+
+def _arrays():
+    abstract, _, _ = _recurrent_call()
+    return [jnp.ones(a.shape, a.dtype) for a in abstract]
+
+
+CU = np.array([0, 24, 48], np.int32)
+
+
+def test_traced_call_is_tuned_ahead_on_stand_ins_then_remembered(cache_dir):
+    launcher, timed = Launcher(), []
+
+    def timer(config, run):
+        run()
+        timed.append(config.num_warps)
+        return {1: 2.0, 2: 1.0, 4: 3.0}[config.num_warps]
+
+    def traced(*xs):
+        return _gpu_call(xs, launcher, timer, tune_inputs={"cu_seqlens": CU})
+
+    jax.jit(traced)(*_arrays())
+    assert timed == [1, 2, 4]
+    tuning, final = launcher.launches[:3], launcher.launches[3]
+    for t in tuning:  # eager, on concrete made-up inputs: floats in [-0.1, 0], the stand-in, empties
+        assert not any(isinstance(a, jax.core.Tracer) for a in t["args"])
+        q, gk, gv, cu = (np.asarray(t["args"][i], np.float32) for i in (0, 3, 4, 6))
+        assert -0.101 <= q.min() and q.max() <= 0 and q.std() > 0 and gk.max() <= 0
+        assert gv.shape == launch.ABSENT_SHAPE and (cu == CU).all()
+        assert t["kernel"] is recurrent_kernels.recurrent_fwd_kernel.fn
+    assert isinstance(final["args"][0], jax.core.Tracer)
+    assert final["kernel"] is recurrent_kernels.recurrent_fwd_kernel.fn  # heuristics left to jax-triton
+    assert (final["num_warps"], final["meta"]["BV"], final["meta"]["H"]) == (2, 16, 2)
+    assert autotune.STATS["chosen_tuned"] == 1
+    (entry,) = (cache_dir / "autotune").glob("*.json")
+    assert json.loads(entry.read_text())["config"]["num_warps"] == 2
+
+    jax.jit(lambda *xs: traced(*xs))(*_arrays())  # traced again: remembered in the process
+    assert timed == [1, 2, 4] and autotune.STATS["chosen_memory"] == 1
+    autotune._CHOICES.clear()  # a new process: from disk, no stand-in needed
+    jax.jit(lambda *xs: _gpu_call(xs, launcher, timer))(*_arrays())
+    assert timed == [1, 2, 4] and autotune.STATS["chosen_disk"] == 1
+    assert launcher.launches[-1]["num_warps"] == 2
+
+
+def test_a_traced_integer_without_stand_in_falls_back_with_one_warning(cache_dir):
+    launcher = Launcher()
+    timer = lambda config, run: pytest.fail("nothing can be timed")  # noqa: E731
+    with pytest.warns(UserWarning, match="recurrent_fwd_kernel.*cu_seqlens"):
+        jax.jit(lambda *xs: _gpu_call(xs, launcher, timer))(*_arrays())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per kernel
+        jax.jit(lambda *xs: _gpu_call(xs, launcher, timer))(*[x + 0 for x in _arrays()])
+    assert all(t["kernel"] is recurrent_kernels.recurrent_fwd_kernel for t in launcher.launches)  # jax-triton tunes
+    assert autotune.STATS["fallback"] == 2 and not (cache_dir / "autotune").exists()
+
+
+def test_concrete_integers_need_no_stand_in_and_off_leaves_it_to_jax_triton(monkeypatch, cache_dir):
+    launcher, timed = Launcher(), []
+    timer = lambda config, run: timed.append(config) or float(config.num_warps)  # noqa: E731
+    _gpu_call(_arrays(), launcher, timer)  # eager: cu_seqlens is concrete
+    assert len(timed) == 3 and launcher.launches[-1]["num_warps"] == 1
+
+    monkeypatch.setenv(autotune.MODE_VAR, "off")
+    autotune._CHOICES.clear()
+    launcher = Launcher()
+    _gpu_call(_arrays(), launcher, timer)
+    assert len(timed) == 3 and [t["kernel"] for t in launcher.launches] == [recurrent_kernels.recurrent_fwd_kernel]
+
+
+def test_stand_ins_must_name_an_argument_and_match_it():
+    with pytest.raises(ValueError, match="'bounds'.*not arguments of recurrent_fwd_kernel"):
+        _gpu_call(_arrays(), Launcher(), tune_inputs={"bounds": CU})
+    with pytest.raises(ValueError, match="tune_inputs\\['cu_seqlens'\\]: expected shape \\(3,\\) and dtype int32"):
+        jax.jit(lambda *xs: _gpu_call(xs, Launcher(), lambda c, r: 1.0,
+                                      tune_inputs={"cu_seqlens": CU.astype(np.int64)}))(*_arrays())
+
+
+# ----------------------------------------------------------------------------- compiled kernels
+
+
+class FakeTritonLib:
+    """The parts of jax_triton.triton_lib the kernel cache touches, compiling nothing."""
+
+    def __init__(self):
+        self.compiled = []
+        self.triton_kernel_call_lib = types.SimpleNamespace(TritonKernel=lambda *a: ("kernel", a),
+                                                            get_compute_capability=lambda device: 90)
+        lib = self
+
+        def compile_ttir_inplace(ttir, backend, options, compute_capability, platform):
+            lib.compiled.append(ttir)
+            return types.SimpleNamespace(binary=f"ptx of {ttir}", name="k_0d1d", shared_mem_bytes=4096)
+
+        def get_or_create_triton_kernel(backend_init_func, platform, fn, arg_dtypes, scalar_args, *, num_warps,
+                                        num_stages, num_ctas, compute_capability, enable_fp_fusion, metaparams, dump):
+            cc = compute_capability or 90
+            result = lib.compile_ttir_inplace(f"ttir {sorted(metaparams.items())}", None, None, cc, platform)
+            kernel = lib.triton_kernel_call_lib.TritonKernel(result.name, num_warps or 4, num_ctas,
+                                                             result.shared_mem_bytes, result.binary, "ttir", cc)
+            return kernel, {(0,): [["tt.divisibility", 16]], (1,): []}
+
+        self.compile_ttir_inplace = compile_ttir_inplace
+        self.get_or_create_triton_kernel = get_or_create_triton_kernel
+
+
+class Backend:
+    def __init__(self, device, cc):
+        pass
+
+    def hash(self):
+        return "ptxas-12.8-90"
+
+
+def _get(lib, **changes):
+    fn = types.SimpleNamespace(__name__="kern", cache_key="src1")
+    kw = dict(num_warps=None, num_stages=2, num_ctas=1, compute_capability=None, enable_fp_fusion=True,
+              metaparams={"BV": 32, "USE_GK": True}, dump=False)
+    kw.update(changes)
+    fn.cache_key = kw.pop("source", "src1")
+    return lib.get_or_create_triton_kernel(Backend, "cuda", fn, ["*bf16", "i32"], [(1, "i32", 7)], **kw)
+
+
+def test_a_compiled_kernel_is_kept_on_disk_and_rebuilt_by_the_next_process(cache_dir):
+    versions = {"triton": "3.6.0", "jax_triton": "0.3.1", "jaxlib": "0.10.2"}
+    first = FakeTritonLib()
+    autotune.KernelCache(first, autotune.cache_dir, versions).install()
+    kernel, attrs = _get(first)
+    assert len(first.compiled) == 1 and kernel[1][:5] == ("k_0d1d", 4, 1, 4096, "ptx of " + first.compiled[0])
+    assert _get(first) == (kernel, attrs) and len(first.compiled) == 1  # in memory
+    (entry,) = (cache_dir / "kernels").glob("*.json")
+
+    second = FakeTritonLib()  # a new process
+    autotune.KernelCache(second, autotune.cache_dir, versions).install()
+    assert _get(second) == (("kernel", ("k_0d1d", 4, 1, 4096, kernel[1][4], first.compiled[0], 90)), attrs)
+    assert second.compiled == [] and autotune.STATS["kernels_loaded"] == 1
+    for change in ({"source": "src2"}, {"num_warps": 8}, {"metaparams": {"BV": 64, "USE_GK": True}},
+                   {"compute_capability": 80}):
+        _get(second, **change)
+    assert len(second.compiled) == 4
+
+    entry.write_text("{torn")
+    third = FakeTritonLib()
+    autotune.KernelCache(third, autotune.cache_dir, versions).install()
+    with pytest.warns(autotune.CacheWarning, match="corrupt"):
+        assert _get(third)[1] == attrs
+    assert len(third.compiled) == 1 and json.loads(entry.read_text())["name"] == "k_0d1d"  # rewritten
+
+
+def test_the_kernel_cache_steps_aside_when_off_or_dumping(monkeypatch, cache_dir):
+    lib = FakeTritonLib()
+    autotune.KernelCache(lib, autotune.cache_dir, {"triton": "3.6.0"}).install()
+    _get(lib, dump=True)
+    monkeypatch.setenv(autotune.MODE_VAR, "off")
+    _get(lib)
+    _get(lib)
+    assert len(lib.compiled) == 3 and not (cache_dir / "kernels").exists()

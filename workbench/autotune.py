@@ -1,0 +1,646 @@
+"""Autotuning that is remembered: on a GPU the launcher chooses an `@triton.autotune` kernel's config
+itself, once per key, and keeps the choice and the compiled kernels on disk (docs/autotune.md).
+
+jax-triton, left to itself, compiles every config of an autotuned kernel while it lowers a call (in the
+process, with no disk cache) and jaxlib benchmarks them all at the first execution; the winner is only
+logged. Every new shape, in every new process, pays for all of it. Here, for each call of an
+autotuned kernel (`launch.triton_call`, GPU branch):
+
+1. candidates: the kernel's configs that agree with the call's meta-parameters, then its
+   `prune_configs_by` (`early_config_prune`, `perf_model`/`top_k`), given the named arguments as
+   jax-triton gives them (abstract arrays, scalars, outputs);
+2. key: the kernel's source hash (`JITFunction.cache_key`: its source and the `@triton.jit` helpers it
+   calls), the candidates, the values of the kernel's autotune `key=` arguments (arrays as shape and
+   dtype; flags computed by its `@triton.heuristics` included), every array argument's dtype and
+   whether it is given, the device kind, and the Triton and jax-triton versions;
+3. choice: remembered in this process, else read from `$WORKBENCH_CACHE_DIR/autotune/<sha256>.json`,
+   else *tuned ahead*: while the caller's function is traced, every candidate runs eagerly on
+   synthesized inputs of the same shapes and dtypes (floats uniform in [-0.1, 0]: log-decay gates stay
+   ≤ 0 and nothing overflows) and is timed; the fastest is stored. Integer arrays (sequence bounds,
+   chunk-slot tables, seeds) cannot be made up: a kernel would read out of bounds. They are used when
+   concrete, or taken from the caller's stand-ins (`triton_call(..., tune_inputs={name: array})`);
+   a traced one without a stand-in makes that call fall back to jax-triton's own autotuning, uncached,
+   with one warning per kernel naming the argument. A single candidate needs no timing at all.
+4. launch: jax-triton with the kernel under the autotuner (its heuristics still evaluated by
+   jax-triton), the chosen config's kwargs as meta-parameters and its warps, stages and CTAs: one
+   kernel is compiled, not one per config.
+5. compiled kernels: jax-triton's `get_or_create_triton_kernel` is wrapped so that a kernel compiled
+   once is kept in `$WORKBENCH_CACHE_DIR/kernels/<sha256>.json` (PTX, TTIR, name, shared memory,
+   specialization) and rebuilt from there by the next process instead of compiled again.
+
+WORKBENCH_AUTOTUNE=on (default) reads and writes both caches and tunes ahead on a miss; `refresh`
+tunes again (once per key and process) and overwrites; `off` uses neither, as before this module.
+Cache files are written to a temporary file in the same folder and renamed, so two processes writing
+one key leave one whole file; a file that cannot be read or parsed is ignored with a warning and
+replaced, an unwritable folder is a warning: the cache never makes a call fail.
+
+None of this runs in Triton's interpreter (CPU), which keeps choosing configs as `launch` says. The
+pieces that need no GPU (keys, store, choice, kernel cache) take their collaborators as arguments so
+that tests/test_autotune.py can drive them on a CPU with stub timers and launchers.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import os
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+MODE_VAR = "WORKBENCH_AUTOTUNE"
+CACHE_VAR = "WORKBENCH_CACHE_DIR"
+MODES = ("on", "off", "refresh")
+FORMAT = 1  # of the files; part of every key, so a new layout never reads an old file
+SAMPLES, REPS = 3, 5  # a config's time: the best of SAMPLES means of REPS calls issued back to back
+
+STATS: collections.Counter = collections.Counter()
+"""What this process did: configs `chosen_only` (one candidate), `chosen_memory`, `chosen_disk`,
+`tuned`, `fallback` (jax-triton's autotuning); kernels `kernels_loaded` (from disk), `kernels_compiled`."""
+
+_LOCK = threading.Lock()
+
+
+class CacheWarning(UserWarning):
+    """A cache file or folder that could not be used; the call goes on without it."""
+
+
+# ----------------------------------------------------------------------------- environment
+
+
+def mode() -> str:
+    """WORKBENCH_AUTOTUNE: `on` (default), `off` or `refresh`."""
+    value = os.environ.get(MODE_VAR, "on").strip().lower() or "on"
+    if value not in MODES:
+        raise ValueError(f"{MODE_VAR}: expected one of {', '.join(MODES)}, got {os.environ[MODE_VAR]!r}")
+    return value
+
+
+def cache_dir() -> Path:
+    """WORKBENCH_CACHE_DIR, default ~/.cache/workbench."""
+    return Path(os.environ.get(CACHE_VAR) or Path.home() / ".cache" / "workbench").expanduser()
+
+
+# ----------------------------------------------------------------------------- store
+
+
+def canonical(value: Any) -> Any:
+    """`value` as JSON gives it back (tuples become lists, unknown objects their repr)."""
+    return json.loads(json.dumps(value, default=repr))
+
+
+def digest(key: Mapping[str, Any]) -> str:
+    """sha256 of the key's canonical JSON: the file name of its entry."""
+    text = json.dumps(key, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Store:
+    """One JSON file per key in `folder`: `{"format", "key", ...}`.
+
+    `read` returns the entry or None (no file; or a file that cannot be read, is not JSON, or holds
+    another key: then with a `CacheWarning`). `write` writes a temporary file beside the target and
+    renames it over the target (atomic on POSIX), so readers and concurrent writers only ever see
+    whole files; an error is a `CacheWarning`, never an exception.
+    """
+
+    def __init__(self, folder: Path | str):
+        self.folder = Path(folder)
+
+    def path(self, key: Mapping[str, Any]) -> Path:
+        return self.folder / f"{digest(key)}.json"
+
+    def read(self, key: Mapping[str, Any]) -> dict[str, Any] | None:
+        path = self.path(key)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            warnings.warn(f"workbench cache: ignoring unreadable {path}: {exc}", CacheWarning, stacklevel=2)
+            return None
+        try:
+            entry = json.loads(text)
+            if not isinstance(entry, dict) or entry.get("format") != FORMAT:
+                raise ValueError(f"not a workbench cache entry of format {FORMAT}")
+            if entry.get("key") != canonical(key):
+                raise ValueError("it holds another key")
+        except ValueError as exc:
+            warnings.warn(f"workbench cache: ignoring corrupt {path}: {exc}", CacheWarning, stacklevel=2)
+            return None
+        return entry
+
+    def write(self, key: Mapping[str, Any], entry: Mapping[str, Any]) -> Path | None:
+        path = self.path(key)
+        tmp = None
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{path.stem[:16]}-", suffix=".tmp")
+            with os.fdopen(fd, "w") as fh:
+                json.dump({**entry, "format": FORMAT, "key": canonical(key)}, fh, default=repr)
+            os.replace(tmp, path)
+            return path
+        except OSError as exc:
+            warnings.warn(f"workbench cache: could not write {path}: {exc}", CacheWarning, stacklevel=2)
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            return None
+
+
+# ----------------------------------------------------------------------------- keys
+
+
+def config_fields(config) -> dict[str, Any]:
+    """What a `triton.Config` launches with, as JSON."""
+    return canonical({"kwargs": dict(config.kwargs), "num_warps": config.num_warps, "num_stages": config.num_stages,
+                      "num_ctas": config.num_ctas, "maxnreg": getattr(config, "maxnreg", None)})
+
+
+def function_name(fn) -> str:
+    """A `@triton.jit` function's name (compiled or interpreted)."""
+    return getattr(fn, "__name__", None) or fn.fn.__name__
+
+
+def source_hash(fn) -> str:
+    """A `@triton.jit` function's source hash: Triton's `cache_key` (its source, the jitted helpers it
+    calls, its constexpr globals) where it has one (compiled mode), else sha256 of its own source."""
+    key = getattr(fn, "cache_key", None)
+    if key:
+        return str(key)
+    import inspect
+
+    return hashlib.sha256(inspect.getsource(getattr(fn, "fn", fn)).encode()).hexdigest()
+
+
+def versions() -> dict[str, str]:
+    """Triton's and jax-triton's versions (the latter read from its metadata: importing it needs a GPU)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import triton
+
+    out = {"triton": triton.__version__}
+    try:
+        out["jax_triton"] = version("jax-triton")
+    except PackageNotFoundError:
+        out["jax_triton"] = "absent"
+    return out
+
+
+def describe(value: Any) -> Any:
+    """An argument as a key sees it: arrays by shape and dtype, scalars and constexprs by value."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return {"shape": list(value.shape), "dtype": str(value.dtype)}
+    value = getattr(value, "value", value)  # tl.constexpr
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def tuning_key(*, kernel: str, source: str, candidates: Sequence[Any], key_values: Mapping[str, Any],
+               arrays: Sequence[Any], device: str, versions: Mapping[str, str]) -> dict[str, Any]:
+    """The key of one choice (see the module docstring): all JSON."""
+    return canonical({"kind": "config", "kernel": kernel, "source": source,
+                      "configs": [config_fields(c) for c in candidates], "key": dict(key_values),
+                      "arrays": list(arrays), "device": device, "versions": dict(versions)})
+
+
+# ----------------------------------------------------------------------------- choice
+
+
+@dataclasses.dataclass
+class Choice:
+    config: Any
+    source: str  # "only" | "memory" | "disk" | "tuned"
+
+
+class Choices:
+    """Chosen configs by key: this process's memory, then `store`, else timed with `timer`."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.memory: dict[str, tuple[int, str]] = {}  # digest → (candidate index, how it was found)
+
+    def lookup(self, key: Mapping[str, Any], candidates: Sequence[Any], *, refresh: bool = False) -> Choice | None:
+        """The remembered choice, or None. `refresh` ignores the disk and what this process read from it."""
+        if len(candidates) == 1:
+            return Choice(candidates[0], "only")
+        name = digest(key)
+        with _LOCK:
+            found = self.memory.get(name)
+        if found is not None and (found[1] == "tuned" or not refresh):
+            return Choice(candidates[found[0]], "memory")
+        if refresh:
+            return None
+        entry = self.store.read(key)
+        if entry is None:
+            return None
+        fields = [config_fields(c) for c in candidates]
+        if entry.get("config") not in fields:
+            warnings.warn(f"workbench cache: ignoring {self.store.path(key)}: its config is not a candidate",
+                          CacheWarning, stacklevel=2)
+            return None
+        index = fields.index(entry["config"])
+        with _LOCK:
+            self.memory[name] = (index, "disk")
+        return Choice(candidates[index], "disk")
+
+    def tune(self, key: Mapping[str, Any], candidates: Sequence[Any], timer: Callable[[Any], float]) -> Choice:
+        """Time every candidate (`timer(config)` → ms; an exception counts as never finishing), keep the
+        fastest (the first of equals) in memory and on disk. Raises if no candidate ran."""
+        times: list[float] = []
+        errors: list[str | None] = []
+        first_error: BaseException | None = None
+        for config in candidates:
+            try:
+                ms = float(timer(config))
+                error = None if math.isfinite(ms) else "did not finish"
+            except Exception as exc:  # a config that does not compile or launch (shared memory) loses
+                ms, error = math.inf, f"{type(exc).__name__}: {exc}"[:500]
+                first_error = first_error or exc
+            times.append(ms)
+            errors.append(error)
+        best = min(range(len(candidates)), key=lambda i: times[i])
+        if not math.isfinite(times[best]):
+            raise RuntimeError(f"autotune: no config of {key.get('kernel')} ran: {errors[0]}") from first_error
+        self.store.write(key, {
+            "config": config_fields(candidates[best]),
+            "timings_ms": [{"config": config_fields(c), "ms": t if math.isfinite(t) else None, "error": e}
+                           for c, t, e in zip(candidates, times, errors)],
+            "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        })
+        with _LOCK:
+            self.memory[digest(key)] = (best, "tuned")
+        return Choice(candidates[best], "tuned")
+
+
+_CHOICES: dict[Path, Choices] = {}
+
+
+def choices_for(folder: Path) -> Choices:
+    """The process-wide `Choices` of a cache folder."""
+    with _LOCK:
+        if folder not in _CHOICES:
+            _CHOICES[folder] = Choices(Store(folder / "autotune"))
+        return _CHOICES[folder]
+
+
+# ----------------------------------------------------------------------------- the call (GPU)
+
+
+def _unwrap(kernel):
+    """(autotuner, [heuristics values, outermost first], jitted function)."""
+    from triton.runtime.autotuner import Heuristics
+
+    fn, rules = kernel.fn, []
+    while isinstance(fn, Heuristics):
+        rules.append(fn.values)
+        fn = fn.fn
+    return kernel, rules, fn
+
+
+def _original_prune(tuner):
+    """The kernel's own `early_config_prune`: jax-triton's autotuning (WORKBENCH_AUTOTUNE=off, or a
+    fallback) replaces it with a wrapper bound to one call's meta-parameters, so it is kept aside the
+    first time the kernel is seen."""
+    if "_workbench_early_config_prune" not in vars(tuner):
+        tuner._workbench_early_config_prune = tuner.early_config_prune
+    return tuner._workbench_early_config_prune
+
+
+def _is_array(a: Any) -> bool:
+    return hasattr(a, "shape") and hasattr(a, "dtype") and not isinstance(a, (bool, int, float))
+
+
+def candidates(tuner, named: Mapping[str, Any], metaparams: Mapping[str, Any]) -> list[Any]:
+    """The configs jax-triton would autotune for this call: those whose kwargs agree with the call's
+    meta-parameters, then the kernel's `prune_configs_by`."""
+    configs = [c for c in tuner.configs if all(c.kwargs.get(k, v) == v for k, v in metaparams.items())]
+    if any(c.pre_hook is not None for c in configs):
+        raise NotImplementedError("autotune: configs with a pre_hook are not supported (nor by jax-triton)")
+    prune = _original_prune(tuner)
+    if prune is not None:
+        configs = prune(configs, dict(named))
+    if tuner.perf_model is not None:
+        top_k = tuner.configs_top_k
+        top_k = int(len(configs) * top_k) if isinstance(top_k, float) and top_k <= 1.0 else top_k
+        if len(configs) > top_k:
+            configs = sorted(configs, key=lambda c: tuner.perf_model(**named, **metaparams, **c.all_kwargs()))[:top_k]
+    if not configs:
+        raise ValueError("autotune: no config left after pruning (early_config_prune must keep at least one)")
+    return list(configs)
+
+
+def key_values(tuner, rules: Sequence[Mapping[str, Callable]], named: Mapping[str, Any],
+               metaparams: Mapping[str, Any]) -> dict[str, Any]:
+    """The kernel's `key=` arguments, by value; a key that names a heuristic's flag gets the flag's value
+    (evaluated as jax-triton does, on the named arguments and meta-parameters)."""
+    scope = {**named, **metaparams}
+    for values in rules:
+        for flag, rule in values.items():
+            try:
+                scope.setdefault(flag, rule(scope))
+            except Exception:  # a heuristic of the config's own kwargs: not part of the call
+                pass
+    return {name: describe(scope[name]) if name in scope else "<missing>" for name in tuner.keys}
+
+
+@dataclasses.dataclass
+class Plan:
+    """What the launcher knows of one autotuned call before choosing."""
+
+    tuner: Any
+    inner: Any  # the kernel under the autotuner: heuristics and jitted function
+    arg_names: list[str]
+    candidates: list[Any]
+    key: dict[str, Any]
+
+
+def plan(kernel, args: Sequence[Any], out_shapes: Sequence[Any], metaparams: Mapping[str, Any], *,
+         device: str, versions: Mapping[str, str]) -> Plan:
+    """Candidates and key of an autotuned call; `args` may be tracers (only shapes and dtypes are read)."""
+    import jax
+
+    tuner, rules, fn = _unwrap(kernel)
+    values = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) if _is_array(a) else a for a in args]
+    named = dict(zip(fn.arg_names, [*values, *out_shapes]))
+    configs = candidates(tuner, named, metaparams)
+    arrays = [[name, str(v.dtype), "given" if math.prod(v.shape) else "empty"]
+              for name, v in zip(fn.arg_names, values) if _is_array(v)]
+    key = tuning_key(kernel=function_name(fn), source=source_hash(fn), candidates=configs,
+                     key_values=key_values(tuner, rules, named, metaparams), arrays=arrays, device=device,
+                     versions=versions)
+    return Plan(tuner, kernel.fn, list(fn.arg_names), configs, key)
+
+
+HOST_ELEMENTS = 1 << 20  # made-up arrays up to this size come from the host (no compile); larger from the device
+
+
+@functools.cache
+def _device_uniform():
+    import jax
+    import jax.numpy as jnp
+
+    @functools.partial(jax.jit, static_argnums=(1, 2))
+    def uniform(key, shape, dtype):
+        return jax.random.uniform(key, shape, jnp.float32, -0.1, 0.0).astype(dtype)
+
+    return uniform
+
+
+def _uniform(seed: int, shape: tuple[int, ...], dtype) -> Any:
+    """An array uniform in [-0.1, 0]: small ones drawn on the host, large ones on the device."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    if math.prod(shape) <= HOST_ELEMENTS:
+        values = np.random.default_rng(seed).uniform(-0.1, 0.0, shape).astype(np.float32)
+        return jnp.asarray(values.astype(jnp.dtype(dtype)))
+    return _device_uniform()(jax.random.key(seed), shape, jnp.dtype(dtype))
+
+
+def tuning_inputs(args: Sequence[Any], arg_names: Sequence[str], tune_inputs: Mapping[str, Any] | None
+                  ) -> tuple[list[Any] | None, list[str]]:
+    """Concrete stand-ins for a call's arguments, or (None, names of traced integer arrays without one).
+
+    Floating arrays: uniform in [-0.1, 0] of the same shape and dtype; empty arrays: empty; integer
+    arrays: the caller's stand-in, else the value itself when it is concrete; scalars as they are.
+    Call under `jax.ensure_compile_time_eval()`.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    given = dict(tune_inputs or {})
+    out, missing = [], []
+    for i, (name, a) in enumerate(zip(arg_names, args)):
+        if not _is_array(a):
+            out.append(a)
+        elif name in given:
+            value = np.asarray(given[name])
+            if value.shape != tuple(a.shape) or value.dtype != np.dtype(a.dtype):
+                raise ValueError(f"tune_inputs[{name!r}]: expected shape {tuple(a.shape)} and dtype {a.dtype} "
+                                 f"like the argument, got {value.shape} {value.dtype}")
+            out.append(jnp.asarray(value))
+        elif math.prod(a.shape) == 0:
+            out.append(jnp.asarray(np.zeros(a.shape, jnp.dtype(a.dtype))))
+        elif jnp.issubdtype(a.dtype, jnp.floating):
+            out.append(_uniform(i, tuple(a.shape), a.dtype))
+        elif not isinstance(a, jax.core.Tracer):
+            out.append(jnp.asarray(a))
+        else:
+            missing.append(name)
+    return (None if missing else out), missing
+
+
+def time_on_device(run: Callable[[], Any]) -> float:
+    """ms per call of `run` (eager): the first call compiles; then the best of SAMPLES means of REPS
+    calls issued back to back before one wait for the device."""
+    import jax
+
+    jax.block_until_ready(run())
+    best = math.inf
+    for _ in range(SAMPLES):
+        t0 = time.perf_counter()
+        for _ in range(REPS):
+            out = run()
+        jax.block_until_ready(out)
+        best = min(best, (time.perf_counter() - t0) * 1e3 / REPS)
+    return best
+
+
+_WARNED: set[str] = set()
+
+
+def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs, input_output_aliases,
+         num_warps, num_stages, metaparams: Mapping[str, Any], tune_inputs: Mapping[str, Any] | None = None,
+         launch: Callable[..., Any] | None = None, timer: Callable[[Any, Callable[[], Any]], float] | None = None,
+         device: str | None = None) -> Any:
+    """`launch.triton_call`'s GPU branch: jax-triton, with configs chosen here (module docstring).
+
+    launch: jax-triton's `triton_call` (default; also installs the compiled-kernel cache); timer:
+    `timer(config, run)` → ms, default `time_on_device(run)`; device: the device kind in the key.
+    Tests pass stubs for all three.
+    """
+    from triton.runtime.autotuner import Autotuner
+
+    if launch is None:
+        import jax_triton
+
+        launch = jax_triton.triton_call
+        if mode() != "off":
+            install_kernel_cache()
+    common = dict(out_shape=out_shapes, grid=grid, name=name, zeroed_outputs=zeroed_outputs,
+                  input_output_aliases=input_output_aliases)
+    current = mode()
+    if not isinstance(kernel, Autotuner) or current == "off":
+        return launch(*args, kernel=kernel, num_warps=num_warps, num_stages=num_stages, **common, **metaparams)
+
+    import jax
+
+    if device is None:
+        device = jax.devices()[0].device_kind
+    p = plan(kernel, args, out_shapes, metaparams, device=device, versions=versions())
+    if tune_inputs:
+        unknown = set(tune_inputs) - set(p.arg_names[:len(args)])
+        if unknown:
+            raise ValueError(f"tune_inputs: {sorted(unknown)} are not arguments of {p.key['kernel']} "
+                             f"(arguments: {', '.join(p.arg_names[:len(args)])})")
+    book = choices_for(cache_dir())
+    choice = book.lookup(p.key, p.candidates, refresh=current == "refresh")
+    if choice is None:
+        with jax.ensure_compile_time_eval():
+            inputs, missing = tuning_inputs(args, p.arg_names, tune_inputs)
+            if inputs is not None:
+                def time_config(config):
+                    def run():
+                        return launch(*inputs, kernel=p.inner, num_warps=config.num_warps,
+                                      num_stages=config.num_stages, num_ctas=config.num_ctas, **common,
+                                      **{**metaparams, **config.kwargs})
+                    return timer(config, run) if timer is not None else time_on_device(run)
+
+                choice = book.tune(p.key, p.candidates, time_config)
+        if choice is None:
+            with _LOCK:
+                first = p.key["kernel"] not in _WARNED
+                _WARNED.add(p.key["kernel"])
+            if first:
+                warnings.warn(
+                    f"autotune: {p.key['kernel']} is autotuned by jax-triton, uncached: its integer argument(s) "
+                    f"{', '.join(missing)} are traced and the caller passed no tune_inputs stand-in",
+                    stacklevel=3)
+            STATS["fallback"] += 1
+            return launch(*args, kernel=kernel, num_warps=num_warps, num_stages=num_stages, **common, **metaparams)
+    STATS[f"chosen_{choice.source}"] += 1
+    config = choice.config
+    return launch(*args, kernel=p.inner, num_warps=config.num_warps, num_stages=config.num_stages,
+                  num_ctas=config.num_ctas, **common, **{**metaparams, **config.kwargs})
+
+
+# ----------------------------------------------------------------------------- compiled kernels (GPU)
+
+
+def kernel_key(fn, platform: str, arg_dtypes, scalar_args, *, num_warps, num_stages, num_ctas, compute_capability,
+               enable_fp_fusion, metaparams, backend: str, versions: Mapping[str, str]) -> dict[str, Any]:
+    """The key of one compiled kernel: what `get_or_create_triton_kernel` compiles from. Scalars count
+    as jax-triton specializes them (None and 1 become constants; other values are runtime arguments)."""
+    return canonical({
+        "kind": "kernel", "kernel": function_name(fn), "source": source_hash(fn), "platform": platform,
+        "arg_dtypes": list(arg_dtypes),
+        "scalars": [[i, dtype, v is None, v == 1] for i, dtype, v in scalar_args],
+        "num_warps": 4 if num_warps is None else num_warps, "num_stages": 3 if num_stages is None else num_stages,
+        "num_ctas": num_ctas, "compute_capability": compute_capability, "enable_fp_fusion": enable_fp_fusion,
+        "metaparams": sorted([k, describe(v)] for k, v in metaparams.items()),
+        "backend": backend, "versions": dict(versions),
+    })
+
+
+class KernelCache:
+    """Wraps a jax-triton `triton_lib` module's `get_or_create_triton_kernel` (and, to see the PTX,
+    its `compile_ttir_inplace`) with a disk cache of compiled kernels in `folder()`."""
+
+    def __init__(self, triton_lib, folder: Callable[[], Path], versions: Mapping[str, str]):
+        self.lib = triton_lib
+        self.folder = folder
+        self.versions = dict(versions)
+        self.memory: dict[str, Any] = {}
+        self.backends: dict[tuple, str] = {}
+        self.local = threading.local()
+        self.get_or_create = triton_lib.get_or_create_triton_kernel
+        self.compile = triton_lib.compile_ttir_inplace
+
+    def install(self) -> None:
+        self.lib.get_or_create_triton_kernel = self.get_or_create_cached
+        self.lib.compile_ttir_inplace = self.compile_captured
+
+    def compile_captured(self, ttir, backend, options, compute_capability, platform):
+        captured = getattr(self.local, "captured", None)
+        text = str(ttir) if captured is not None else None  # before the passes rewrite the module in place
+        result = self.compile(ttir, backend, options, compute_capability, platform)
+        if captured is not None:
+            captured.append({"name": result.name, "shared_mem_bytes": result.shared_mem_bytes,
+                             "binary": result.binary, "ttir": text})
+        return result
+
+    def _backend(self, backend_init_func, compute_capability) -> str:
+        id_ = (backend_init_func, compute_capability)
+        if id_ not in self.backends:
+            try:
+                self.backends[id_] = str(backend_init_func(0, compute_capability).hash())
+            except Exception as exc:  # no backend hash: the versions alone key the kernel
+                self.backends[id_] = f"unknown ({type(exc).__name__})"
+        return self.backends[id_]
+
+    def get_or_create_cached(self, backend_init_func, platform, fn, arg_dtypes, scalar_args, *, num_warps,
+                             num_stages, num_ctas, compute_capability, enable_fp_fusion, metaparams, dump):
+        kwargs = dict(num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
+                      compute_capability=compute_capability, enable_fp_fusion=enable_fp_fusion,
+                      metaparams=metaparams, dump=dump)
+        if dump or platform != "cuda" or mode() == "off":  # a ROCm binary is a temporary file's path
+            return self.get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, **kwargs)
+        lib = self.lib.triton_kernel_call_lib
+        cc = compute_capability if compute_capability is not None else lib.get_compute_capability(0)
+        key = kernel_key(fn, platform, arg_dtypes, scalar_args, num_warps=num_warps, num_stages=num_stages,
+                         num_ctas=num_ctas, compute_capability=cc, enable_fp_fusion=enable_fp_fusion,
+                         metaparams=metaparams, backend=self._backend(backend_init_func, cc),
+                         versions=self.versions)
+        name = digest(key)
+        with _LOCK:
+            hit = self.memory.get(name)
+        if hit is not None:
+            return hit
+        store = Store(self.folder() / "kernels")
+        entry = store.read(key)
+        if entry is not None:
+            try:
+                kernel = lib.TritonKernel(entry["name"], key["num_warps"], num_ctas, entry["shared_mem_bytes"],
+                                          entry["binary"], entry["ttir"], cc)
+                attrs = {tuple(index): value for index, value in entry["attrs"]}
+            except (KeyError, TypeError, ValueError) as exc:
+                warnings.warn(f"workbench cache: ignoring corrupt {store.path(key)}: {exc}", CacheWarning,
+                              stacklevel=2)
+            else:
+                STATS["kernels_loaded"] += 1
+                with _LOCK:
+                    self.memory[name] = (kernel, attrs)
+                return kernel, attrs
+        self.local.captured = captured = []
+        try:
+            kernel, attrs = self.get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, **kwargs)
+        finally:
+            self.local.captured = None
+        if len(captured) == 1:  # compiled now (not found in jax-triton's own in-process cache)
+            STATS["kernels_compiled"] += 1
+            store.write(key, {**captured[0], "attrs": [[list(index), value] for index, value in attrs.items()]})
+        with _LOCK:
+            self.memory[name] = (kernel, attrs)
+        return kernel, attrs
+
+
+_KERNEL_CACHE: KernelCache | None = None
+
+
+def install_kernel_cache(triton_lib=None) -> KernelCache:
+    """Put the compiled-kernel cache in front of jax-triton (once per process)."""
+    global _KERNEL_CACHE
+    with _LOCK:
+        if _KERNEL_CACHE is None:
+            if triton_lib is None:
+                from jax_triton import triton_lib
+
+            from importlib.metadata import version
+
+            _KERNEL_CACHE = KernelCache(triton_lib, cache_dir, {**versions(), "jaxlib": version("jaxlib")})
+            _KERNEL_CACHE.install()
+        return _KERNEL_CACHE
