@@ -26,7 +26,7 @@ def pytest_collection_modifyitems(config, items):
 
 # Modules whose tests share one expensive result cached per process, so that under pytest-xdist all of
 # their tests must run on one worker: test_ring.py runs every case in one 8-device subprocess.
-SAME_WORKER = ("tests/ring_attention/test_ring.py",)
+SAME_WORKER = ("tests/ring_attention/test_ring.py", "tests/ring_attention/test_multiprocess.py")
 
 
 @pytest.hookimpl(optionalhook=True)
