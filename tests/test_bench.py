@@ -390,3 +390,69 @@ def test_ejkernel_recurrent_needs_the_scale_passed():
 
     errors = _peer_against_reference("recurrent", unscaled, dict(B=1, T=16, H=2, K=8, V=8))
     assert errors["o"]["rms_rel"] > bench.WRONG_RMS_REL["bfloat16"]
+
+
+# ----------------------------------------------------------------------------- --first-call
+
+FIRST_CALL_KEYS = {"op", "harness", "command", "interpreted", "date", "device", "versions", "git", "shape_set",
+                   "shapes", "dtype", "first_call", "complete"}
+
+# A stand-in for the measured process: it speaks the protocol, sleeps longer with an empty cache, leaves a
+# file in WORKBENCH_CACHE_DIR and reports whether it found one (so the second run must see the first's).
+STUB_CHILD = """
+import json, os, pathlib, sys, time
+mark = "workbench-first-call "
+cache = pathlib.Path(os.environ["WORKBENCH_CACHE_DIR"])
+found = (cache / "autotune" / "entry.json").exists()
+print(mark + json.dumps({"ready": True}), flush=True)
+print("other output", flush=True)
+time.sleep(0.05 if found else 0.4)
+(cache / "autotune").mkdir(exist_ok=True)
+(cache / "autotune" / "entry.json").write_text("{}")
+assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(cache / "jax") and os.environ["WORKBENCH_AUTOTUNE"] == "on"
+for i in range(int(sys.argv[1])):
+    print(mark + json.dumps({"shape": i}), flush=True)
+print(mark + json.dumps({"done": True, "stats": {"chosen_disk" if found else "chosen_tuned": 3}}), flush=True)
+"""
+
+
+def test_first_call_times_a_cold_then_a_cached_process_sharing_one_cache(monkeypatch):
+    monkeypatch.setenv("WORKBENCH_AUTOTUNE", "off")  # the mode is set for the children whatever the caller has
+    n = len(bench.FLASH_ATTENTION.shape_sets["tiny"])
+    record = bench.first_call("flash_attention", "tiny", command="x",
+                              child=[sys.executable, "-c", STUB_CHILD, str(n)])
+    assert FIRST_CALL_KEYS <= set(record) and record["op"] == "flash_attention" and record["shape_set"] == "tiny"
+    assert {"name", "kind", "platform"} <= set(record["device"]) and "commit" in record["git"]
+    fc = record["first_call"]
+    cold, cached = fc["runs"]["cold"], fc["runs"]["cached"]
+    assert cold["stats"] == {"chosen_tuned": 3} and cached["stats"] == {"chosen_disk": 3}  # saw the first's file
+    assert fc["cold_s"] == cold["first_result_s"] == cold["result_s"][-1] and len(cold["result_s"]) == n
+    assert 0 < cold["startup_s"] < cold["first_result_s"] <= cold["exit_s"]
+    assert fc["cold_s"] > 0.4 > fc["cached_s"] > 0.05 and math.isclose(fc["ratio"], fc["cached_s"] / fc["cold_s"])
+    assert fc["met"] == (fc["ratio"] <= 0.25) and fc["goal_ratio"] == 0.25
+    assert fc["cache_left"] == {"autotune_files": 1, "kernel_files": 0, "jax_files": 0}
+    assert fc["environment"]["JAX_COMPILATION_CACHE_DIR"] == "<that folder>/jax"
+    table = bench.first_call_table(record)
+    assert f"ratio {fc['ratio']:.3f}" in table and ("NOT met" in table) != fc["met"]
+
+
+def test_first_call_fails_loudly_when_the_child_does():
+    with pytest.raises(RuntimeError, match="exited with 3 after 0 of 1 results.*boom"):
+        bench.first_call("recurrent", "tiny", child=[sys.executable, "-c", "print('boom'); raise SystemExit(3)"])
+
+
+@pytest.mark.slow
+def test_first_call_from_the_command_line(tmp_path, capsys):
+    """The real child, at the tiny shape (interpreted here: no cache applies, the record says so)."""
+    assert cli.main(["bench", "--op", "recurrent", "--shapes", "tiny", "--first-call", "--out", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("recurrent-*.json")
+    record = json.loads(path.read_text())
+    assert FIRST_CALL_KEYS <= set(record) and "results" not in record
+    assert record["interpreted"] is launch.INTERPRET and record["command"].endswith("--first-call --out " + str(tmp_path))
+    fc = record["first_call"]
+    assert fc["cold_s"] > 0 and fc["cached_s"] > 0 and fc["child"] == ["-m", "workbench.bench", "--first-call-child",
+                                                                        "recurrent", "tiny"]
+    assert "first forward+backward result" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--op", "ring_attention", "--first-call"])
+    assert bench.FIRST_CALL_OUT == bench.DEFAULT_OUT / "first_call"

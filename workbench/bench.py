@@ -38,6 +38,12 @@ pass, ms {median, min, p90}, bytes, gb_per_s, fraction_of_peak, flops, tflops_pe
 elsewhere), ratio_to_best_peer, error_source, errors {name: {max_abs, rms_rel}}, status` (ok | WRONG |
 unchecked).
 
+`first_call` (`workbench bench --first-call`) measures something else: the wall seconds from a fresh
+process's start to its first forward+backward result at a shape set, once with empty caches and once
+with what the first process left in them (`workbench.autotune`'s chosen configs and compiled kernels,
+JAX's persistent compilation cache), each in a new `python -m workbench.bench --first-call-child`
+process. Its records go to `<out>/first_call/` (they hold no `results` rows; see `first_call`).
+
 Adding an op: write its input factory, its call, its byte estimate and its peers, and add an
 `OpBench` to `OPS`.
 """
@@ -50,6 +56,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -871,6 +878,138 @@ def _finish(shape_rows, outputs_of, errors_from, op, bound, device):
     return done
 
 
+# ----------------------------------------------------------------------------- first call
+
+FIRST_CALL_OUT = DEFAULT_OUT / "first_call"
+FIRST_CALL_GOAL = 0.25  # cached_s ≤ this × cold_s (issue 18)
+_MARK = "workbench-first-call "  # the child's protocol lines on stdout start with this
+
+
+def first_call(op_name: str, shape_set: str = "target", *, command: str = "",
+               child: Sequence[str] | None = None, timeout: float | None = None) -> dict[str, Any]:
+    """Seconds from a fresh process's start to its first forward+backward result, cold then cached.
+
+    Two processes run one after the other (`child`, default `python -m workbench.bench
+    --first-call-child OP SET`), with `WORKBENCH_CACHE_DIR` a fresh temporary folder shared by both,
+    `WORKBENCH_AUTOTUNE=on`, and JAX's persistent compilation cache in `<that folder>/jax` (every
+    compile kept). Each computes, for every shape of the set in turn, the op's Triton path under
+    `jax.jit` (forward, then forward+backward with random cotangents, as `run` does) and reports on
+    stdout as each result is ready. `cold_s` and `cached_s` are wall seconds from just before the
+    process is started to its last shape's first forward+backward result; `ratio` = cached_s / cold_s.
+    The record keeps, per process, the seconds to its imports (`startup_s`) and to each shape's
+    result, what `workbench.autotune` did (`stats`), and the number of files the first process left in
+    each cache. The folder is removed afterwards.
+    """
+    if op_name not in OPS:
+        raise ValueError(f"--op: unknown op {op_name!r} for --first-call; known: {', '.join(OPS)}")
+    op = OPS[op_name]
+    if shape_set not in op.shape_sets:
+        raise ValueError(f"--shapes: {op_name} has no shape set {shape_set!r}; known: {', '.join(op.shape_sets)}")
+    if launch.INTERPRET and shape_set not in op.cpu_shape_sets:
+        raise Refused(f"no CUDA GPU: shape set {shape_set!r} of {op_name} would take hours in the interpreter; "
+                      f"use --shapes {' or '.join(op.cpu_shape_sets)} for a smoke test, or run on a GPU")
+    if launch.INTERPRET:
+        _say("warning: Triton is interpreted on this CPU: no cache applies, the figures are meaningless")
+    root = Path(__file__).resolve().parent.parent
+    argv = list(child or [sys.executable, "-m", "workbench.bench", "--first-call-child", op_name, shape_set])
+    t_start = time.perf_counter()
+    cache = Path(tempfile.mkdtemp(prefix="workbench-first-call-"))
+    settings = {"WORKBENCH_CACHE_DIR": "<a fresh temporary folder>", "WORKBENCH_AUTOTUNE": "on",
+                "JAX_COMPILATION_CACHE_DIR": "<that folder>/jax", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
+    env = {**os.environ, **settings, "WORKBENCH_CACHE_DIR": str(cache), "JAX_COMPILATION_CACHE_DIR": str(cache / "jax"),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
+    try:
+        runs = {}
+        for run_name in ("cold", "cached"):
+            _say(f"[{time.perf_counter() - t_start:7.1f} s] {op_name} {shape_set} first call, {run_name} cache")
+            runs[run_name] = _first_call_process(argv, env, len(op.shape_sets[shape_set]), timeout)
+            _say(f"[{time.perf_counter() - t_start:7.1f} s] {op_name} {shape_set} first call, {run_name}: "
+                 f"{runs[run_name]['first_result_s']:.2f} s")
+            if run_name == "cold":
+                left = {name: _count_files(cache / folder)
+                        for name, folder in (("autotune_files", "autotune"), ("kernel_files", "kernels"),
+                                             ("jax_files", "jax"))}
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    cold, cached = runs["cold"]["first_result_s"], runs["cached"]["first_result_s"]
+    return {
+        "op": op_name, "harness": "workbench.bench --first-call", "command": command,
+        "interpreted": launch.INTERPRET, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "device": device_info(), "versions": versions(), "git": git_state(), "shape_set": shape_set,
+        "shapes": [dict(s) for s in op.shape_sets[shape_set]], "dtype": op.dtype,
+        "first_call": {"cold_s": cold, "cached_s": cached, "ratio": cached / cold, "goal_ratio": FIRST_CALL_GOAL,
+                       "met": cached <= FIRST_CALL_GOAL * cold, "cache_left": left, "environment": settings,
+                       "child": argv[1:] if child is None else argv, "runs": runs},
+        "seconds": time.perf_counter() - t_start, "complete": True,
+    }
+
+
+def _count_files(folder: Path) -> int:
+    return sum(1 for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else 0
+
+
+def _first_call_process(argv, env, n_shapes: int, timeout: float | None) -> dict[str, Any]:
+    """Run one child; seconds from just before its start to each protocol line it prints."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)  # stderr: the child's warnings, shown
+    marks: list[tuple[float, dict[str, Any]]] = []
+    other: list[str] = []
+    try:
+        for line in proc.stdout:
+            if line.startswith(_MARK):
+                marks.append((time.perf_counter() - t0, json.loads(line[len(_MARK):])))
+            else:
+                other.append(line.rstrip())
+        code = proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+    results = [t for t, m in marks if "shape" in m]
+    done = next((m for _, m in marks if m.get("done")), None)
+    if code != 0 or len(results) != n_shapes or done is None:
+        raise RuntimeError(f"first-call child {' '.join(argv)} exited with {code} after {len(results)} of "
+                           f"{n_shapes} results; its stdout ended: {' | '.join(other[-5:])}")
+    return {"startup_s": next((t for t, m in marks if m.get("ready")), None), "result_s": results,
+            "first_result_s": results[-1], "exit_s": time.perf_counter() - t0, "stats": done.get("stats", {})}
+
+
+def first_call_child(op_name: str, shape_set: str) -> None:
+    """The measured process of `first_call`: prints a protocol line once imported, one per shape's first
+    forward+backward result (awaited), and one with `workbench.autotune.STATS` at the end."""
+    from . import autotune
+
+    print(_MARK + json.dumps({"ready": True}), flush=True)
+    op = OPS[op_name]
+    for i, shape in enumerate(op.shape_sets[shape_set]):
+        inputs = op.inputs(shape, jnp.dtype(op.dtype), i)
+        outputs = jax.eval_shape(jax_calls(op, "triton", inputs, []).forward)
+        cotangents = testing.random_cotangents(1000 + i, outputs)
+        jax.block_until_ready(jax_calls(op, "triton", inputs, cotangents).forward_backward())
+        print(_MARK + json.dumps({"shape": i}), flush=True)
+    print(_MARK + json.dumps({"done": True, "stats": dict(autotune.STATS)}), flush=True)
+
+
+def first_call_table(record: Mapping[str, Any]) -> str:
+    fc = record["first_call"]
+    dev = record["device"]
+    lines = [f"{record['op']} {record['shape_set']} {record['dtype']} on {dev['kind']} ({dev['platform']}): "
+             f"first forward+backward result {fc['cold_s']:.2f} s from a fresh process with empty caches, "
+             f"{fc['cached_s']:.2f} s with the caches it left: ratio {fc['ratio']:.3f} "
+             f"(goal ≤ {fc['goal_ratio']}: {'met' if fc['met'] else 'NOT met'})"]
+    for name, run in fc["runs"].items():
+        stats = ", ".join(f"{k} {v}" for k, v in sorted(run["stats"].items())) or "-"
+        startup = "-" if run["startup_s"] is None else f"{run['startup_s']:.2f} s"
+        lines.append(f"  {name:6s} imports {startup}, results at {', '.join(f'{t:.2f}' for t in run['result_s'])} s; "
+                     f"autotune: {stats}")
+    lines.append("  left by the first: " + ", ".join(f"{k} {v}" for k, v in fc["cache_left"].items()))
+    if record["interpreted"]:
+        lines.append("  INTERPRETED: no cache applies, the figures are meaningless")
+    return "\n".join(lines)
+
+
 # ----------------------------------------------------------------------------- output
 
 
@@ -954,3 +1093,9 @@ def table(record: Mapping[str, Any]) -> str:
                f"{record['iters']} samples of {record.get('reps', 1)} back-to-back call(s) after {record['warmup']} warm-up"
                + (" — INTERPRETED: timings meaningless" if record["interpreted"] else ""))
     return "\n".join(out)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] != "--first-call-child":
+        sys.exit("usage: python -m workbench.bench --first-call-child OP SHAPE_SET (run by workbench bench --first-call)")
+    first_call_child(sys.argv[2], sys.argv[3])

@@ -75,8 +75,8 @@ def _bench_parser(subparsers) -> None:
     p.add_argument("--reps", type=int, default=1, metavar="R",
                    help="calls per sample, issued back to back before one wait for the device (default 1: "
                         "every call pays the launch and sync latency)")
-    p.add_argument("--out", type=Path, default=bench.DEFAULT_OUT, metavar="DIR",
-                   help=f"record directory (default {bench.DEFAULT_OUT})")
+    p.add_argument("--out", type=Path, metavar="DIR",
+                   help=f"record directory (default {bench.DEFAULT_OUT}; with --first-call {bench.FIRST_CALL_OUT})")
     p.add_argument("--errors-from", choices=("reference", "peers"), default="reference",
                    help="what the errors are measured against: the JAX reference (run even when not timed; "
                         "default) or the op's peers measured in the same run (the reference is then not run "
@@ -89,12 +89,19 @@ def _bench_parser(subparsers) -> None:
     p.add_argument("--no-variants", action="store_true",
                    help="time the Triton path alone, not its variants (each compiles and autotunes anew at every "
                         "shape: for long sweeps)")
+    p.add_argument("--first-call", action="store_true",
+                   help="time nothing per call: record the wall seconds from a fresh process's start to its first "
+                        "forward+backward result at the shape set, with empty autotune, kernel and JAX compilation "
+                        "caches and then with the caches that process left (two subprocesses; docs/autotune.md)")
     p.set_defaults(run=_bench)
 
 
 def _bench(args: argparse.Namespace, command: str) -> int:
     implementations = [s.strip() for s in args.implementations.split(",") if s.strip()]
     ring = args.op == "ring_attention"
+    if args.first_call:
+        return _first_call(args, command)
+    args.out = args.out or bench.DEFAULT_OUT
     try:
         if ring:
             record = bench_ring.run(args.shapes, iters=args.iters, reps=args.reps, command=command)
@@ -109,6 +116,22 @@ def _bench(args: argparse.Namespace, command: str) -> int:
         print(f"workbench bench: refused: {exc}", file=sys.stderr)
         return 2
     print(bench_ring.table(record) if ring else bench.table(record))
+    print(f"\nrecord: {path}")
+    return 0
+
+
+def _first_call(args: argparse.Namespace, command: str) -> int:
+    if args.op == "ring_attention":
+        raise ValueError("--first-call: ring_attention has no first-call mode (its bench runs on several devices)")
+    out = args.out or bench.FIRST_CALL_OUT
+    try:
+        stamp = bench.stamp_now()
+        record = bench.first_call(args.op, args.shapes, command=command)
+        path = bench.write(record, out, stamp)
+    except bench.Refused as exc:
+        print(f"workbench bench: refused: {exc}", file=sys.stderr)
+        return 2
+    print(bench.first_call_table(record))
     print(f"\nrecord: {path}")
     return 0
 
