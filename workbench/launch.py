@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -153,9 +154,115 @@ def _patch_interpreter_nested_calls() -> None:
     interp._workbench_nested_patch = True
 
 
+# ----------------------------------------------------------------------------- address checks (interpreter)
+
+CHECK_BOUNDS_VARIABLE = "WORKBENCH_CHECK_BOUNDS"
+
+
+class OutOfBoundsError(IndexError):
+    """A kernel running in the interpreter touched memory outside every buffer it was given."""
+
+
+def check_bounds_enabled() -> bool:
+    """Whether the interpreter checks every address a kernel loads or stores (`WORKBENCH_CHECK_BOUNDS=1`)."""
+    value = os.environ.get(CHECK_BOUNDS_VARIABLE, "0")
+    if value not in ("0", "1", ""):
+        raise ValueError(f"{CHECK_BOUNDS_VARIABLE}: expected 0 or 1, got {value!r}")
+    return value == "1"
+
+
+class _Buffers:
+    """The byte ranges of one launch's arguments and outputs, for checking addresses against them."""
+
+    def __init__(self, kernel: str, tensors: dict[str, Any]):
+        spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), name)
+                       for name, t in tensors.items() if t.numel() > 0)
+        self.kernel = kernel
+        self.starts = np.array([a for a, _, _ in spans], np.uint64)
+        self.ends = np.array([b for _, b, _ in spans], np.uint64)
+        self.names = [n for _, _, n in spans]
+        self.empty = sorted(name for name, t in tensors.items() if t.numel() == 0)
+
+    def check(self, what: str, ptrs, mask) -> None:
+        """Raise OutOfBoundsError if an element at `ptrs` (interpreter TensorHandle) where `mask` holds
+        does not lie wholly inside one buffer."""
+        element = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+        addresses = np.asarray(ptrs.data, np.uint64)
+        if mask is not None:
+            addresses = addresses[np.broadcast_to(np.asarray(mask.data, bool), addresses.shape)]
+        addresses = addresses.ravel()
+        if addresses.size == 0:
+            return
+        i = np.searchsorted(self.starts, addresses, side="right").astype(np.int64) - 1
+        inside = (i >= 0) & (addresses + np.uint64(element) <= self.ends[np.maximum(i, 0)]) if len(self.starts) \
+            else np.zeros(addresses.shape, bool)
+        if inside.all():
+            return
+        bad = addresses[~inside]
+        raise OutOfBoundsError(f"{self.kernel}: {what} of {bad.size} element(s) of {element} byte(s) outside every "
+                               f"buffer, e.g. {'; '.join(self._describe(int(a), element) for a in bad[:3])}"
+                               + (f" (zero-size arguments: {', '.join(self.empty)})" if self.empty else ""))
+
+    def _describe(self, address: int, element: int) -> str:
+        """The address as an element offset from the start of the nearest buffer."""
+        if not self.names:
+            return f"address {address:#x} (no buffer has any bytes)"
+        distance = [max(int(a) - address, address - int(b) + 1, 0) for a, b in zip(self.starts, self.ends)]
+        i = int(np.argmin(distance))
+        start, end = int(self.starts[i]), int(self.ends[i])
+        return (f"element offset {(address - start) // element:+d} of '{self.names[i]}' "
+                f"({(end - start) // element} elements)")
+
+
+_CHECKED: _Buffers | None = None  # the running launch's buffers while addresses are checked
+
+
+def _patch_interpreter_address_checks() -> None:
+    """Check, while `_CHECKED` is set, every address the interpreter loads from or stores to.
+
+    A GPU given an address outside its buffers reads another buffer of the process, or faults; the
+    interpreter reads or writes this process's memory there (a crash, or silent heap corruption). With
+    the check on, the first such access fails with the kernel's name and the offending offsets.
+    """
+    from triton.runtime import interpreter as interp
+
+    builder_cls = type(interp.interpreter_builder)
+    if getattr(builder_cls, "_workbench_address_patch", False):
+        return
+    load, store = builder_cls.create_masked_load, builder_cls.create_masked_store
+    rmw, cas = builder_cls.create_atomic_rmw, builder_cls.create_atomic_cas
+
+    def create_masked_load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
+        if _CHECKED is not None:
+            _CHECKED.check("load", ptrs, mask)
+        return load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile)
+
+    def create_masked_store(self, ptrs, value, mask, cache_modifier, eviction_policy):
+        if _CHECKED is not None:
+            _CHECKED.check("store", ptrs, mask)
+        return store(self, ptrs, value, mask, cache_modifier, eviction_policy)
+
+    def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
+        if _CHECKED is not None:
+            _CHECKED.check("atomic", ptr, mask)
+        return rmw(self, rmwOp, ptr, val, mask, sem, scope)
+
+    def create_atomic_cas(self, ptr, cmp, val, sem, scope):
+        if _CHECKED is not None:
+            _CHECKED.check("atomic", ptr, None)
+        return cas(self, ptr, cmp, val, sem, scope)
+
+    builder_cls.create_masked_load = create_masked_load
+    builder_cls.create_masked_store = create_masked_store
+    builder_cls.create_atomic_rmw = create_atomic_rmw
+    builder_cls.create_atomic_cas = create_atomic_cas
+    builder_cls._workbench_address_patch = True
+
+
 if INTERPRET:
     _patch_interpreter_bfloat16_casts()
     _patch_interpreter_nested_calls()
+    _patch_interpreter_address_checks()
 
 
 # ----------------------------------------------------------------------------- optional inputs
@@ -356,6 +463,7 @@ def _fresh_output(shape, dtype, zero: bool):
 
 def _run_interpreted(*arrays, kernel, n_args, array_pos, scalars, out_shapes, grid, zeroed_outputs,
                      aliases, metaparams):
+    global _CHECKED
     tuner, heuristics, fn = _unwrap(kernel)
     call_args = [None] * n_args
     for pos, arr in zip(array_pos, arrays):
@@ -381,6 +489,12 @@ def _run_interpreted(*arrays, kernel, n_args, array_pos, scalars, out_shapes, gr
     if all(g > 0 for g in launch_grid):
         # One kernel at a time: the interpreter keeps global state (the builder's grid index, its AST
         # cache), and XLA runs the callbacks of several host devices (shard_map) on parallel threads.
+        tensors = {n: t for n, t in zip(fn.arg_names, [*call_args, *outs]) if hasattr(t, "data_ptr")}
+        checked = _Buffers(fn.__name__, tensors) if check_bounds_enabled() else None
         with _INTERPRETER_LOCK, np.errstate(over="ignore"):  # integer arithmetic wraps on a GPU (hashes rely on it)
-            fn[launch_grid](*call_args, *outs, **meta)
+            _CHECKED = checked
+            try:
+                fn[launch_grid](*call_args, *outs, **meta)
+            finally:
+                _CHECKED = None
     return tuple(_to_numpy(o, s.dtype) for o, s in zip(outs, out_shapes))

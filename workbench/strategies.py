@@ -71,3 +71,15 @@ def cu_seqlens(draw, max_total: int = 64, max_seqs: int = 5):
     for length in lengths:
         bounds.append(bounds[-1] + length)
     return bounds
+
+
+@st.composite
+def any_bounds(draw, total: int, lengths=(3,)):
+    """Sequence bounds as a user's data pipeline might produce them, valid or not: a list of `length`
+    int32 values (length drawn from `lengths`, each ≥ 2) in [−2·total, 3·total] — negative, past the
+    end, decreasing — and sometimes valid bounds, which the bounds rule must leave alone."""
+    length = draw(st.sampled_from(lengths))
+    anything = st.lists(st.integers(-2 * total, 3 * total), min_size=length, max_size=length)
+    valid = st.lists(st.integers(0, total), min_size=length - 2, max_size=length - 2).map(
+        lambda inner: [0, *sorted(inner), total])
+    return draw(st.one_of(anything, valid))

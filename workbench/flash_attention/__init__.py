@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import triton
 
 from .. import _checks
-from .._bounds import keep_inside, packed_bounds
+from .._bounds import inside_rows, keep_inside, packed_bounds
 from ..launch import absent, triton_call
 from . import kernels
 from ._validate import Static, validate
@@ -111,10 +111,6 @@ def flash_attention(q, k, v, *, causal=False, scale=None, sliding_window=None, s
         static = _Static(spec=spec, varlen=varlen, tuning=tuning or Tuning())
         q, k, v = keep_inside(q, inside_q), keep_inside(k, inside_k), keep_inside(v, inside_k)
         o, lse = _flash(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static)
-        if inside_q is not None:  # the kernels never write rows outside every sequence: an empty row's values
-            o = keep_inside(o, inside_q)
-            empty_lse = -jnp.inf if sinks is None else sinks.astype(jnp.float32)[None, :, None]
-            lse = jnp.where(inside_q[None, None, :], lse, empty_lse)
     return (o, lse) if spec.return_lse else o
 
 
@@ -180,7 +176,12 @@ def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _St
         grid=lambda m: (triton.cdiv(B * Tq if static.varlen else Tq, m["BM"]), N * H),
         name="workbench_flash_fwd", KEEP_F32=keep_f32, **scalars, **meta,
     )
-    return o.reshape(q.shape), lse, (o_f32.reshape(q.shape) if keep_f32 else None)
+    o, o_f32 = o.reshape(q.shape), (o_f32.reshape(q.shape) if keep_f32 else None)
+    if static.varlen:  # rows outside every sequence (the bounds rule) are never written: an empty row's values
+        inside = inside_rows(cu_q, B * Tq)
+        o, o_f32 = keep_inside(o, inside), keep_inside(o_f32, inside)
+        lse = jnp.where(inside[None, None, :], lse, -jnp.inf if sinks is None else sinks.astype(jnp.float32)[:, None])
+    return o, lse, o_f32
 
 
 def _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse, do, dlse, static: _Static,

@@ -1,0 +1,239 @@
+"""Traced sequence bounds of any value (API.md, "Sequence bounds"): no op reads or writes outside its
+buffers, none returns NaN, the Triton path equals the reference under the same rule; checkify turns
+invalid bounds into an error naming them; the interpreter's address check catches what the rule
+prevents.
+
+Each case runs in a worker process (tests/bounds_worker.py) with the address check on, so a crash
+fails the case rather than killing pytest.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import triton
+import triton.language as tl
+from hypothesis import example, given
+from jax.experimental import checkify
+
+import workbench
+from workbench import _bounds, launch
+from workbench.strategies import any_bounds, fewer_examples, seeds
+from workbench.testing import rms_rel
+
+from . import bounds_worker
+
+T = bounds_worker.T
+# ci: one bounds length (each new length retraces and compiles every op twice); dev: several
+LENGTHS = (3,) if os.environ.get("HYPOTHESIS_PROFILE", "ci") == "ci" else (2, 3, 4, 6)
+WORKER_TIMEOUT_S = 900
+
+
+@pytest.fixture(scope="module")
+def worker():
+    """Send a case to a worker process; a worker that dies fails the case and is replaced."""
+    context = multiprocessing.get_context("spawn")
+    make = lambda: concurrent.futures.ProcessPoolExecutor(1, mp_context=context,  # noqa: E731
+                                                          initializer=bounds_worker.start)
+    pool = [make()]
+
+    def run(*args):
+        try:
+            return pool[0].submit(bounds_worker.run, *args).result(timeout=WORKER_TIMEOUT_S)
+        except concurrent.futures.process.BrokenProcessPool:
+            pool[0] = make()
+            pytest.fail(f"the worker process died running {args} (a crash: out-of-bounds access?)")
+
+    yield run
+    pool[0].shutdown(cancel_futures=True)
+
+
+def _rule(bounds):
+    """The bounds rule in NumPy, written apart from `_bounds.bounds_rule`, and the rows inside."""
+    cu = np.maximum.accumulate(np.clip(np.asarray(bounds, np.int64), 0, T))
+    rows = np.arange(T)
+    return cu, (rows >= cu[0]) & (rows < cu[-1])
+
+
+@pytest.mark.parametrize("op", bounds_worker.OPS)
+@fewer_examples(3)
+@given(seed=seeds, bounds=any_bounds(T, LENGTHS))
+@example(seed=0, bounds=[0, 10, 500])  # the issue's table: past the end,
+@example(seed=1, bounds=[0, -8, T])    # negative,
+@example(seed=2, bounds=[0, 30, 20])   # decreasing
+def test_traced_bounds_of_any_value(worker, op, seed, bounds):
+    """Forward and every gradient finite; zero on rows outside every sequence; Triton = reference."""
+    result = worker(op, seed, bounds)
+    _, inside = _rule(bounds)
+    triton_side, reference = result["triton"], result["reference"]
+    for name, got in triton_side.items():
+        want = reference[name]
+        if name == "out1" and op == "flash_attention":  # lse: −inf or the sink on empty rows, as the reference
+            assert np.array_equal(np.isneginf(got), np.isneginf(want)), f"{op} lse: −inf rows differ"
+            got, want = np.where(np.isneginf(got), 0, got), np.where(np.isneginf(want), 0, want)
+        assert np.all(np.isfinite(got)), f"{op} {name}: not finite for bounds {bounds}"
+        if got.ndim >= 2 and got.shape[:2] == (1, T):  # a per-row array: nothing outside every sequence
+            assert not np.any(got[0, ~inside]), f"{op} {name}: nonzero on rows outside every sequence"
+        err = rms_rel(got, want)
+        assert err <= 2e-6, f"{op} {name}: Triton vs reference RMS-relative {err:.2e} for bounds {bounds}"
+
+
+def test_rule_keeps_valid_bounds_and_makes_any_valid():
+    """`bounds_rule` leaves valid bounds unchanged, and makes anything non-decreasing within [0, T]."""
+    valid = jnp.asarray([0, 0, 7, 7, 30, T], jnp.int32)
+    assert np.array_equal(_bounds.bounds_rule(valid, T), valid)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        raw = rng.integers(-2 * T, 3 * T, size=rng.integers(2, 8))
+        got = np.asarray(_bounds.bounds_rule(jnp.asarray(raw, jnp.int32), T))
+        assert np.array_equal(got, _rule(raw)[0])
+        assert got.min() >= 0 and got.max() <= T and np.all(np.diff(got) >= 0)
+
+
+def _chunk_gla(q, cu):
+    gk = -0.1 * jnp.ones_like(q)
+    return workbench.chunk_gla(q, q, q, gk=gk, cu_seqlens=cu, chunk_size=16)[0]
+
+
+def test_checkify_names_the_bad_entry():
+    """Under checkify (user_checks), invalid traced bounds raise naming the argument and the entry; valid
+    ones pass; without checkify the same call returns (the rule applies) with no check."""
+    q = jax.random.normal(jax.random.key(0), (1, T, 1, 16), jnp.float32)
+    checked = checkify.checkify(jax.jit(_chunk_gla), errors=checkify.user_checks)
+    err, _ = checked(q, jnp.asarray([0, 10, T], jnp.int32))
+    assert err.get() is None
+    for bounds, entry, value in (([0, 10, 500], 2, 500), ([0, -8, T], 1, -8), ([0, 30, 20], 2, 20),
+                                 ([3, 10, T], 0, 3)):
+        err, _ = checked(q, jnp.asarray(bounds, jnp.int32))
+        message = err.get()
+        assert message is not None and message.startswith("cu_seqlens:"), message
+        assert f"entry {entry} is {value}" in message, message
+    o = jax.jit(_chunk_gla)(q, jnp.asarray([0, 10, 500], jnp.int32))
+    assert np.all(np.isfinite(o))
+
+
+@pytest.mark.parametrize("argument", ["cu_seqlens_q", "cu_seqlens_k"])
+def test_checkify_names_the_attention_argument(argument):
+    q = jax.random.normal(jax.random.key(0), (1, T, 1, 16), jnp.float32)
+    good, bad = jnp.asarray([0, 20, T], jnp.int32), jnp.asarray([0, 20, T + 1], jnp.int32)
+    bounds = {"cu_seqlens_q": good, "cu_seqlens_k": good, argument: bad}
+
+    def attention(q, cu_q, cu_k):
+        return workbench.flash_attention(q, q, q, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+
+    err, _ = checkify.checkify(jax.jit(attention), errors=checkify.user_checks)(
+        q, bounds["cu_seqlens_q"], bounds["cu_seqlens_k"])
+    assert err.get() is not None and err.get().startswith(f"{argument}:"), err.get()
+
+
+def test_no_check_without_checkify():
+    """Outside checkify the check is dropped when lowering: no callback, no custom call, no host sync."""
+    q = jax.random.normal(jax.random.key(0), (1, T, 1, 16), jnp.float32)
+    lowered = jax.jit(lambda q, cu: workbench.flash_attention(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                                                               implementation="reference")).lower(
+        q, jnp.asarray([0, 20, T], jnp.int32)).as_text()
+    assert "custom_call" not in lowered and "callback" not in lowered
+    assert "cu_seqlens_q: traced bounds" not in lowered
+
+
+# ----------------------------------------------------------------------------- the interpreter's address check
+
+
+@triton.jit
+def _copy_kernel(x, n, y, SHIFT: tl.constexpr, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)
+    tl.store(y + o, tl.load(x + (o + SHIFT), mask=o < n), mask=o < n)
+
+
+@pytest.mark.skipif(not launch.INTERPRET, reason="the address check is the interpreter's")
+@pytest.mark.parametrize("shift, ok", [(0, True), (1, False), (-1, False)])
+def test_address_check_reports_kernel_and_offsets(monkeypatch, shift, ok):
+    """In bounds (masked-off lanes past the end included): runs. One element before or past: fails with
+    the kernel's name, the argument and the element offset."""
+    monkeypatch.setenv(launch.CHECK_BOUNDS_VARIABLE, "1")
+    x = jnp.arange(12, dtype=jnp.float32)
+    call = lambda: launch.triton_call(x, 12, kernel=_copy_kernel,  # noqa: E731
+                                      out_shape=jax.ShapeDtypeStruct((12,), jnp.float32), grid=(1,),
+                                      SHIFT=shift, BLOCK=16)
+    if ok:
+        assert np.array_equal(np.asarray(call()), np.arange(12))
+        return
+    with pytest.raises(Exception, match="_copy_kernel: load of 1 element") as info:
+        jax.block_until_ready(call())
+    assert ("element offset +12 of 'x'" if shift > 0 else "element offset -1") in str(info.value)
+
+
+@pytest.mark.skipif(not launch.INTERPRET, reason="the address check is the interpreter's")
+def test_address_check_finds_the_unguarded_glue():
+    """What the check was built for: with the bounds rule bypassed (the glue before issue 22), bounds past
+    the end reach the kernels, and the check stops the first out-of-bounds load with its kernel's name
+    — in a subprocess, since without the check that run may crash."""
+    script = textwrap.dedent(f"""
+        import os
+        os.environ["{launch.CHECK_BOUNDS_VARIABLE}"] = "1"
+        import sys
+        import jax, jax.numpy as jnp, workbench
+        glue = sys.modules["workbench.chunk_gla"]
+        glue.packed_bounds = lambda cu, B, T, name="cu_seqlens": (cu.astype(jnp.int32), None)
+        q = jax.random.normal(jax.random.key(0), (1, {T}, 1, 16), jnp.float32)
+        f = jax.jit(lambda q, cu: workbench.chunk_gla(q, q, q, gk=-0.1 * jnp.ones_like(q), cu_seqlens=cu,
+                                                      chunk_size=16)[0])
+        try:
+            jax.block_until_ready(f(q, jnp.asarray([0, 10, 60], jnp.int32)))
+            print("NO ERROR")
+        except Exception as err:
+            print("CAUGHT", "OutOfBoundsError" in str(err), "chunk_cumsum_kernel" in str(err))
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert "CAUGHT True True" in run.stdout, run.stdout + run.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------- references at full precision
+
+
+def test_references_pin_highest_precision():
+    """Every matrix product of the references, forward and backward, is HIGHEST even where the caller's
+    default is bfloat16 (on a GPU the default runs float32 products in TF32)."""
+    from workbench.chunk_gla.reference import chunk_gla_ref
+    from workbench.flash_attention.reference import attention_ref
+    from workbench.kda.reference import chunk_kda_ref, recurrent_kda_ref
+    from workbench.recurrent.reference import recurrent_ref
+
+    q = jax.random.normal(jax.random.key(0), (1, 16, 1, 8), jnp.float32)
+    w = jax.random.normal(jax.random.key(1), (1, 16, 1, 8), jnp.float32)
+    g, beta = -0.1 * jnp.ones_like(q), jnp.full((1, 16, 1), 0.5, jnp.float32)
+    calls = {
+        "recurrent_ref": lambda q: recurrent_ref(q, q, q, gk=g)[0],
+        "chunk_gla_ref": lambda q: chunk_gla_ref(q, q, q, gk=g, chunk_size=16)[0],
+        "chunk_kda_ref": lambda q: chunk_kda_ref(q, q, q, g, beta, chunk_size=16)[0],
+        "recurrent_kda_ref": lambda q: recurrent_kda_ref(q, q, q, g, beta)[0],
+        "attention_ref": lambda q: attention_ref(q, q, q, scale=0.5)[0],
+    }
+    for name, call in calls.items():
+        with jax.default_matmul_precision("bfloat16"):
+            jaxpr = jax.make_jaxpr(jax.grad(lambda q, call=call: jnp.sum(w * call(q))))(q)  # no product of ours
+        dots = [e for e in _equations(jaxpr.jaxpr) if e.primitive.name == "dot_general"]
+        assert dots, name
+        for eqn in dots:
+            precision = eqn.params["precision"]
+            assert precision is not None and all(p == jax.lax.Precision.HIGHEST for p in precision), (name, precision)
+
+
+def _equations(jaxpr):
+    """Every equation of a jaxpr and of the jaxprs nested in its equations' parameters (scan, cond, …)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for item in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(item, "jaxpr", item)  # a ClosedJaxpr holds a Jaxpr
+                if hasattr(inner, "eqns"):
+                    yield from _equations(inner)
