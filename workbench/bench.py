@@ -985,7 +985,9 @@ def first_call_child(op_name: str, shape_set: str) -> None:
     op = OPS[op_name]
     for i, shape in enumerate(op.shape_sets[shape_set]):
         inputs = op.inputs(shape, jnp.dtype(op.dtype), i)
-        outputs = jax.eval_shape(jax_calls(op, "triton", inputs, []).forward)
+        # the cotangents' shapes from the reference, as `run` does: tracing the Triton forward alone would
+        # compile (and tune) its forward-only kernels, which a forward+backward never runs
+        outputs = jax.eval_shape(jax_calls(op, "reference", inputs, []).forward)
         cotangents = testing.random_cotangents(1000 + i, outputs)
         jax.block_until_ready(jax_calls(op, "triton", inputs, cotangents).forward_backward())
         print(_MARK + json.dumps({"shape": i}), flush=True)
