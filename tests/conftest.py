@@ -1,4 +1,7 @@
-"""Test setup: float64 available for oracles, Hypothesis profile, GPU-only marker, pytest-xdist scheduling."""
+"""Test setup: float64 available for oracles, interpreter address checks, Hypothesis profile, GPU-only marker,
+pytest-xdist scheduling."""
+
+import os
 
 import jax
 import pytest
@@ -8,12 +11,17 @@ from workbench import launch
 from workbench.strategies import load_profile
 
 jax.config.update("jax_enable_x64", True)
+# Every interpreted kernel's loads and stores are checked against its buffers (an out-of-bounds address
+# fails with the kernel's name and offsets instead of reading this process's memory); inherited by the
+# notebooks' kernels under nbmake. WORKBENCH_CHECK_BOUNDS=0 turns it off.
+os.environ.setdefault(launch.CHECK_BOUNDS_VARIABLE, "1")
 PROFILE = load_profile()
 
 
 def pytest_report_header(config):
     mode = "interpreter (CPU)" if launch.INTERPRET else "compiled (CUDA)"
-    return f"workbench: Triton {mode}; hypothesis profile {PROFILE}; jax {jax.__version__}"
+    checks = ", address checks on" if launch.INTERPRET and launch.check_bounds_enabled() else ""
+    return f"workbench: Triton {mode}{checks}; hypothesis profile {PROFILE}; jax {jax.__version__}"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -25,8 +33,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 # Modules whose tests share one expensive result cached per process, so that under pytest-xdist all of
-# their tests must run on one worker: test_ring.py runs every case in one 8-device subprocess.
-SAME_WORKER = ("tests/ring_attention/test_ring.py", "tests/ring_attention/test_multiprocess.py")
+# their tests must run on one worker: test_ring.py runs every case in one 8-device subprocess,
+# test_multiprocess.py one pair of jax.distributed processes, test_bounds.py one worker process that
+# compiles each op once.
+SAME_WORKER = ("tests/ring_attention/test_ring.py", "tests/ring_attention/test_multiprocess.py",
+               "tests/test_bounds.py")
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -188,11 +188,16 @@ class _Buffers:
         does not lie wholly inside one buffer."""
         element = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
         addresses = np.asarray(ptrs.data, np.uint64)
-        if mask is not None:
-            addresses = addresses[np.broadcast_to(np.asarray(mask.data, bool), addresses.shape)]
-        addresses = addresses.ravel()
-        if addresses.size == 0:
+        where = None if mask is None else np.broadcast_to(np.asarray(mask.data, bool), addresses.shape)
+        if where is not None and not where.any():
             return
+        # fast path: the lowest and highest address lie in one buffer (so does everything between)
+        low = np.min(addresses, where=where, initial=np.iinfo(np.uint64).max) if where is not None else addresses.min()
+        high = np.max(addresses, where=where, initial=0) if where is not None else addresses.max()
+        i = int(np.searchsorted(self.starts, low, side="right")) - 1
+        if i >= 0 and high + np.uint64(element) <= self.ends[i]:
+            return
+        addresses = (addresses if where is None else addresses[where]).ravel()
         i = np.searchsorted(self.starts, addresses, side="right").astype(np.int64) - 1
         inside = (i >= 0) & (addresses + np.uint64(element) <= self.ends[np.maximum(i, 0)]) if len(self.starts) \
             else np.zeros(addresses.shape, bool)
