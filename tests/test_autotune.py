@@ -355,6 +355,26 @@ def test_concrete_integers_need_no_stand_in_and_off_leaves_it_to_jax_triton(monk
     assert len(timed) == 3 and [t["kernel"] for t in launcher.launches] == [recurrent_kernels.recurrent_fwd_kernel]
 
 
+def test_a_stand_in_may_be_a_function_called_only_when_tuning(cache_dir):
+    calls = []
+
+    def cu():
+        calls.append(1)
+        return autotune.equal_split(2, 48)
+
+    traced = lambda *xs: _gpu_call(xs, Launcher(), lambda c, r: float(c.num_warps),  # noqa: E731
+                                   tune_inputs={"cu_seqlens": cu})
+    jax.jit(traced)(*_arrays())
+    jax.jit(lambda *xs: traced(*xs))(*_arrays())  # remembered: nothing to tune, the function is not called
+    assert calls == [1] and autotune.STATS["chosen_tuned"] == 1 and autotune.STATS["chosen_memory"] == 1
+
+
+def test_equal_split_is_arange_for_a_fixed_length_batch():
+    assert autotune.equal_split(4, 4 * 40).tolist() == list(range(0, 161, 40))
+    assert autotune.equal_split(3, 10).tolist() == [0, 3, 6, 10] and autotune.equal_split(3, 10).dtype == np.int32
+    assert autotune.equal_split(0, 10).tolist() == [0]
+
+
 def test_stand_ins_must_name_an_argument_and_match_it():
     with pytest.raises(ValueError, match="'bounds'.*not arguments of recurrent_fwd_kernel"):
         _gpu_call(_arrays(), Launcher(), tune_inputs={"bounds": CU})

@@ -415,8 +415,9 @@ def tuning_inputs(args: Sequence[Any], arg_names: Sequence[str], tune_inputs: Ma
     """Concrete stand-ins for a call's arguments, or (None, names of traced integer arrays without one).
 
     Floating arrays: uniform in [-0.1, 0] of the same shape and dtype; empty arrays: empty; integer
-    arrays: the caller's stand-in, else the value itself when it is concrete; scalars as they are.
-    Call under `jax.ensure_compile_time_eval()`.
+    arrays: the caller's stand-in (an array, or a function of no arguments returning one, called only
+    here, i.e. only when a config is tuned), else the value itself when it is concrete; scalars as they
+    are. Call under `jax.ensure_compile_time_eval()`.
     """
     import jax
     import jax.numpy as jnp
@@ -428,7 +429,7 @@ def tuning_inputs(args: Sequence[Any], arg_names: Sequence[str], tune_inputs: Ma
         if not _is_array(a):
             out.append(a)
         elif name in given:
-            value = np.asarray(given[name])
+            value = np.asarray(given[name]() if callable(given[name]) else given[name])
             if value.shape != tuple(a.shape) or value.dtype != np.dtype(a.dtype):
                 raise ValueError(f"tune_inputs[{name!r}]: expected shape {tuple(a.shape)} and dtype {a.dtype} "
                                  f"like the argument, got {value.shape} {value.dtype}")
@@ -442,6 +443,14 @@ def tuning_inputs(args: Sequence[Any], arg_names: Sequence[str], tune_inputs: Ma
         else:
             missing.append(name)
     return (None if missing else out), missing
+
+
+def equal_split(n_sequences: int, total: int):
+    """The usual stand-in for traced `cu_seqlens` (int32 [N+1]): `total` packed rows split into N
+    sequences as equal as integers allow. For a fixed-length batch it is the exact `arange(B+1)·T`."""
+    import numpy as np
+
+    return (np.arange(n_sequences + 1, dtype=np.int64) * total // max(n_sequences, 1)).astype(np.int32)
 
 
 def time_on_device(run: Callable[[], Any]) -> float:

@@ -348,8 +348,8 @@ def triton_call(
 
     On a GPU an `@triton.autotune` kernel's config is chosen by `workbench.autotune` and remembered on
     disk; `tune_inputs` maps integer array arguments (sequence bounds, slot tables) to concrete
-    stand-ins of the same shape and dtype that it may time the configs on when they are traced.
-    The interpreter ignores it.
+    stand-ins of the same shape and dtype (or functions returning one, called only when a config is
+    timed) that it may time the configs on when they are traced. The interpreter ignores it.
     """
     args = tuple(absent() if a is None else a for a in args)
     single = not isinstance(out_shape, (list, tuple))
