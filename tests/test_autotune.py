@@ -375,6 +375,88 @@ def test_equal_split_is_arange_for_a_fixed_length_batch():
     assert autotune.equal_split(0, 10).tolist() == [0]
 
 
+def test_stand_ins_offered_to_every_launch_are_taken_where_the_kernel_has_them():
+    offered = autotune.StandIns(cu_seqlens=CU, bounds=np.zeros((4, 2), np.int32))  # the kernel has no bounds
+    timed = []
+    jax.jit(lambda *xs: _gpu_call(xs, Launcher(), lambda c, r: timed.append(c) or 1.0, tune_inputs=offered))(*_arrays())
+    assert len(timed) == 3 and autotune.STATS["chosen_tuned"] == 1 and autotune.STATS["fallback"] == 0
+
+
+def _glue_cases():
+    """(op name, function of (arrays, cu or None) → a scalar, arrays, packed length, cu_seqlens or None)."""
+    import workbench
+
+    key = iter(jax.random.split(jax.random.key(3), 40))
+    x = lambda *shape: jax.random.normal(next(key), shape, jnp.float32)  # noqa: E731
+    decay = lambda *shape: -jax.nn.softplus(x(*shape))  # noqa: E731
+    H, K, V = 2, 64, 64  # wide enough that every autotuned kernel keeps several candidates after pruning
+    total = lambda out: sum(jnp.sum(o.astype(jnp.float32)) for o in out)  # noqa: E731
+    ops = {
+        "recurrent": lambda a, cu: total(workbench.recurrent(*a, cu_seqlens=cu)),
+        "chunk_gla": lambda a, cu: total(workbench.chunk_gla(*a, cu_seqlens=cu, chunk_size=16)),
+        "chunk_kda": lambda a, cu: total(workbench.chunk_kda(*a, cu_seqlens=cu, chunk_size=16)),
+        "recurrent_kda": lambda a, cu: total(workbench.recurrent_kda(*a, cu_seqlens=cu)),
+    }
+    for B, T, cu in ((2, 40, None), (1, 72, np.array([0, 17, 17, 72], np.int32))):
+        for name, f in ops.items():
+            if name in ("chunk_kda", "recurrent_kda"):
+                arrays = (x(B, T, H, K) / 4, x(B, T, H, K) / 4, x(B, T, H, V), decay(B, T, H, K),
+                          jax.nn.sigmoid(x(B, T, H)))
+            elif name == "recurrent":
+                arrays = (x(B, T, H, K), x(B, T, H, K), x(B, T, H, V), None, None, decay(B, T, H, K))
+            else:
+                arrays = (x(B, T, H, K), x(B, T, H, K), x(B, T, H, V), None, decay(B, T, H, K))
+            yield name, f, arrays, B * T, cu
+
+
+@pytest.mark.parametrize("varlen", [False, True], ids=["batch", "traced_cu_seqlens"])
+def test_every_op_offers_stand_ins_for_its_traced_bounds(monkeypatch, varlen):
+    """On the GPU branch (stub jax-triton and timer), a jitted forward+backward of recurrent, chunk_gla, chunk_kda
+    and recurrent_kda tunes every autotuned kernel ahead on stand-ins (no fallback to jax-triton's autotuning):
+    cu_seqlens = arange(B+1)·T for a batch (exact), the equal split for traced cu_seqlens, and the chunk-slot
+    table of that split."""
+    from workbench.chunk_gla.reference import chunk_bounds
+
+    launcher, tuned = Launcher(), []
+
+    def timer(config, run):
+        before = len(launcher.launches)
+        run()
+        tuned.extend(launcher.launches[before:])
+        return float(config.num_warps)
+
+    real_call = autotune.call
+    monkeypatch.setattr(launch, "INTERPRET", False)
+    monkeypatch.setattr(autotune, "call", lambda *a, **kw: real_call(*a, **kw, launch=launcher, timer=timer,
+                                                                     device="stub GPU"))
+    for name, f, arrays, TT, cu in _glue_cases():
+        if varlen != (cu is not None):
+            continue
+        tuned.clear()
+        before = autotune.STATS["chosen_tuned"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a fallback warns
+            if cu is None:
+                jax.jit(jax.grad(lambda a: f(a, None)))(arrays)
+            else:
+                jax.jit(jax.grad(f, argnums=0))(arrays, jnp.asarray(cu))
+        assert autotune.STATS["fallback"] == 0, name
+        assert autotune.STATS["chosen_tuned"] > before and tuned, name
+        N = (len(cu) - 1) if cu is not None else arrays[0].shape[0]
+        expected_cu = autotune.equal_split(N, TT)
+        if cu is None:
+            assert expected_cu.tolist() == list(range(0, TT + 1, TT // N))
+        for t in tuned:
+            names = launch._unwrap(t["kernel"])[2].arg_names
+            given = dict(zip(names, t["args"]))
+            assert not any(isinstance(a, jax.core.Tracer) for a in t["args"]), (name, names)
+            if "cu_seqlens" in given:
+                np.testing.assert_array_equal(np.asarray(given["cu_seqlens"]), expected_cu)
+            if "bounds" in given:
+                np.testing.assert_array_equal(np.asarray(given["bounds"]),
+                                              np.asarray(chunk_bounds(jnp.asarray(expected_cu), TT, 16)))
+
+
 def test_stand_ins_must_name_an_argument_and_match_it():
     with pytest.raises(ValueError, match="'bounds'.*not arguments of recurrent_fwd_kernel"):
         _gpu_call(_arrays(), Launcher(), tune_inputs={"bounds": CU})

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental import checkify
+
+from .autotune import StandIns, equal_split
 
 
 def bounds_rule(cu, total: int):
@@ -82,3 +85,23 @@ def packed_rows(cu, total: int):
     first = inside & (rows == cu[seq])
     last = inside & (rows == cu[seq + 1] - 1)
     return seq, first, last, inside
+
+
+def stand_ins(N: int, total: int, chunk_size: int | None = None) -> StandIns:
+    """Concrete bounds the GPU autotuner may time an op's kernels on while the real ones are traced
+    (docs/autotune.md): `cu_seqlens` = `total` packed rows in N equal sequences — exactly
+    `arange(B+1)·T` for a fixed-length batch, an equal split for traced `cu_seqlens` — and, for a
+    chunked op, its chunk-slot table `bounds`. Functions: computed only when a config is timed."""
+    def cu():
+        return equal_split(N, total)
+
+    offered = StandIns(cu_seqlens=cu)
+    if chunk_size is not None:
+        def bounds():
+            from .chunk_gla.reference import chunk_bounds
+
+            with jax.ensure_compile_time_eval():
+                return np.asarray(chunk_bounds(jnp.asarray(cu()), total, chunk_size))
+
+        offered["bounds"] = bounds
+    return offered

@@ -445,6 +445,12 @@ def tuning_inputs(args: Sequence[Any], arg_names: Sequence[str], tune_inputs: Ma
     return (None if missing else out), missing
 
 
+class StandIns(dict):
+    """Stand-ins offered to every launch of an op (e.g. its `cu_seqlens` and chunk-slot `bounds`):
+    each launch uses those its kernel takes and skips the rest, where a plain dict given as
+    `tune_inputs` must name arguments of the kernel (a `ValueError` otherwise)."""
+
+
 def equal_split(n_sequences: int, total: int):
     """The usual stand-in for traced `cu_seqlens` (int32 [N+1]): `total` packed rows split into N
     sequences as equal as integers allow. For a fixed-length batch it is the exact `arange(B+1)·T`."""
@@ -501,7 +507,9 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
     if device is None:
         device = jax.devices()[0].device_kind
     p = plan(kernel, args, out_shapes, metaparams, device=device, versions=versions())
-    if tune_inputs:
+    if isinstance(tune_inputs, StandIns):  # offered to any kernel: keep the ones it takes
+        tune_inputs = {name: value for name, value in tune_inputs.items() if name in p.arg_names[:len(args)]}
+    elif tune_inputs:
         unknown = set(tune_inputs) - set(p.arg_names[:len(args)])
         if unknown:
             raise ValueError(f"tune_inputs: {sorted(unknown)} are not arguments of {p.key['kernel']} "

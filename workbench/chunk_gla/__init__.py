@@ -20,11 +20,11 @@ import jax.numpy as jnp
 import triton
 
 from .. import _checks
-from .._bounds import keep_inside, packed_bounds
+from .._bounds import keep_inside, packed_bounds, stand_ins
 from ..launch import triton_call
 from ..recurrent import _validate as _validate_recurrent
 from . import kernels
-from .reference import chunk_gla_ref, chunk_slots, chunked_packed, log_decay
+from .reference import chunk_bounds, chunk_gla_ref, chunked_packed, log_decay
 
 __all__ = ["chunk_gla", "Tuning", "CHUNK_SIZES"]
 
@@ -117,35 +117,31 @@ def _f32_dot(q) -> str:
     return "ieee" if q.dtype == jnp.float32 else "tf32"
 
 
-def _bounds(cu, TT: int, BT: int):
-    start, end, *_ = chunk_slots(cu, TT, BT)
-    return jnp.stack([start, end], axis=-1)  # [NS, 2] int32
-
-
 def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     """(o, final_state, residuals or None): residuals (b, hs, A) only when a backward will follow."""
     TT, H, _ = q.shape
     K, V, BK = _dims(q, v)
     BT = static.chunk_size
     N = cu.shape[0] - 1
-    bounds = _bounds(cu, TT, BT)
+    bounds = chunk_bounds(cu, TT, BT)  # [NS, 2] int32
+    tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
     f32 = jnp.float32
     common = dict(H=H, K=K, BT=BT, BK=BK)
     b = triton_call(a, bounds, kernel=kernels.chunk_cumsum_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, K), f32),
-                    grid=(NS, H), name="workbench_chunk_gla_cumsum", **common)
+                    grid=(NS, H), tune_inputs=tune, name="workbench_chunk_gla_cumsum", **common)
     ht, hs = triton_call(
         k, v, b, h0, cu, bounds, kernel=kernels.chunk_h_kernel,
         out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32)],
         grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H, triton.cdiv(K, meta["BK"])),
-        name="workbench_chunk_gla_h", H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
+        tune_inputs=tune, name="workbench_chunk_gla_h", H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
     A = triton_call(
         q, k, b, bounds, kernel=kernels.chunk_a_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, BT), v.dtype),
-        grid=(BT // kernels.SUB_CHUNK, NS, H), name="workbench_chunk_gla_a", scale=static.scale, F32_DOT=_f32_dot(q),
-        **common)
+        grid=(BT // kernels.SUB_CHUNK, NS, H), tune_inputs=tune, name="workbench_chunk_gla_a", scale=static.scale,
+        F32_DOT=_f32_dot(q), **common)
     o = triton_call(
         q, k, v, b, hs, A, bounds, kernel=kernels.chunk_o_kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
-        grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), name="workbench_chunk_gla_o",
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), tune_inputs=tune, name="workbench_chunk_gla_o",
         scale=static.scale, V=V, F32_DOT=_f32_dot(q), **common)
     return o, ht, ((b, hs, A) if save else None)
 
@@ -156,7 +152,8 @@ def _backward(q, k, v, b, hs, A, cu, do, dht, static: _Static):
     K, V, BK = _dims(q, v)
     BT = static.chunk_size
     N = cu.shape[0] - 1
-    bounds = _bounds(cu, TT, BT)
+    bounds = chunk_bounds(cu, TT, BT)  # [NS, 2] int32
+    tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
     f32 = jnp.float32
     common = dict(H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
@@ -164,21 +161,21 @@ def _backward(q, k, v, b, hs, A, cu, do, dht, static: _Static):
         q, do, b, dht, cu, bounds, kernel=kernels.chunk_dh_kernel,
         out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32)],
         grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H, triton.cdiv(K, meta["BK"])),
-        name="workbench_chunk_gla_dh", scale=static.scale, **common)
+        tune_inputs=tune, name="workbench_chunk_gla_dh", scale=static.scale, **common)
     dv = triton_call(
         q, k, do, b, A, dhs, bounds, kernel=kernels.chunk_dv_kernel,
         out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype), grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H),
-        name="workbench_chunk_gla_dv", scale=static.scale, BK=BK, **common)
+        tune_inputs=tune, name="workbench_chunk_gla_dv", scale=static.scale, BK=BK, **common)
     BV = max(16, triton.next_power_of_2(V))
     dq_s, dk_s = triton_call(
         q, k, v, do, b, bounds, kernel=kernels.chunk_dqk_intra_kernel,
         out_shape=[jax.ShapeDtypeStruct((TT, H, K), f32)] * 2, grid=(BT // kernels.SUB_CHUNK, NS, H),
-        name="workbench_chunk_gla_dqk_intra", scale=static.scale, BK=BK, BV=BV, **common)
+        tune_inputs=tune, name="workbench_chunk_gla_dqk_intra", scale=static.scale, BK=BK, BV=BV, **common)
     dq, dk, da = triton_call(
         q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds, kernel=kernels.chunk_dqkg_kernel,
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
                    jax.ShapeDtypeStruct((TT, H, K), f32)],
-        grid=lambda meta: (triton.cdiv(K, meta["BK"]), NS, H), name="workbench_chunk_gla_dqkg",
+        grid=lambda meta: (triton.cdiv(K, meta["BK"]), NS, H), tune_inputs=tune, name="workbench_chunk_gla_dqkg",
         scale=static.scale, BV=BV, **common)
     return dq, dk, dv, da, dh0
 

@@ -26,7 +26,8 @@ from .._precision import highest_precision
 from .._precision import round_to as _round  # the kernel's rounding, kept by XLA on GPU
 from ..recurrent.reference import recurrent_ref
 
-__all__ = ["chunk_gla_ref", "chunk_slots", "chunked_packed", "log_decay", "parallel_ref", "recurrent_ref"]
+__all__ = ["chunk_bounds", "chunk_gla_ref", "chunk_slots", "chunked_packed", "log_decay", "parallel_ref",
+           "recurrent_ref"]
 
 HIGHEST = lax.Precision.HIGHEST
 
@@ -99,6 +100,12 @@ def chunk_slots(cu_seqlens, total: int, chunk_size: int):
     start = jnp.where(used, cu[seq] + c * chunk_size, 0)
     end = jnp.where(used, jnp.minimum(start + chunk_size, cu[seq + 1]), 0)
     return start, end, seq, used & (c == 0), used & (c == n_chunks[seq] - 1)
+
+
+def chunk_bounds(cu_seqlens, total: int, chunk_size: int):
+    """The kernels' slot table: int32 `[NS, 2]`, row `slot` = (start, end) of `chunk_slots`."""
+    start, end, *_ = chunk_slots(cu_seqlens, total, chunk_size)
+    return jnp.stack([start, end], axis=-1)
 
 
 @highest_precision

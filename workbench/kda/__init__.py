@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import triton
 
 from .. import _checks
-from .._bounds import keep_inside, packed_bounds
-from ..chunk_gla.reference import chunk_slots
+from .._bounds import keep_inside, packed_bounds, stand_ins
+from ..chunk_gla.reference import chunk_bounds
 from ..launch import triton_call
 from ..recurrent import _validate as _validate_common
 from . import kernels
@@ -187,11 +187,6 @@ def _whole_span(static: _Static) -> float:
     return kernels.WHOLE_RANGE if static.tuning.whole_chunk else -1.0
 
 
-def _bounds(cu, TT: int, BT: int):
-    start, end, *_ = chunk_slots(cu, TT, BT)
-    return jnp.stack([start, end], axis=-1)  # [NS, 2] int32
-
-
 def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
     """(o, final_state, residuals (b, A, Aqk, w, hs, δ)). With `save` the chunk-start states hs are kept in
     float32 for the backward (dg's h ⊙ dH term reads them unrounded); without, they are stored in the
@@ -200,30 +195,31 @@ def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
     K, V, BK = _dims(q, v)
     BT = static.chunk_size
     N = cu.shape[0] - 1
-    bounds = _bounds(cu, TT, BT)
+    bounds = chunk_bounds(cu, TT, BT)  # [NS, 2] int32
+    tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
     f32 = jnp.float32
     common = dict(H=H, K=K, BT=BT, BK=BK)
     b = triton_call(g, bounds, kernel=kernels.chunk_cumsum_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, K), f32),
-                    grid=(NS, H), name="workbench_kda_cumsum", **common)
+                    grid=(NS, H), tune_inputs=tune, name="workbench_kda_cumsum", **common)
     A, Aqk = triton_call(q, k, b, beta, bounds, kernel=kernels.chunk_kda_intra_kernel,
                          out_shape=[jax.ShapeDtypeStruct((TT, H, BT), f32), jax.ShapeDtypeStruct((TT, H, BT), q.dtype)],
-                         grid=(NS, H), name="workbench_kda_intra", scale=static.scale, F32_DOT=_f32_dot(q),
-                         WHOLE_SPAN=_whole_span(static), INV_DOT=_inv_dot(q), **common)
+                         grid=(NS, H), tune_inputs=tune, name="workbench_kda_intra", scale=static.scale,
+                         F32_DOT=_f32_dot(q), WHOLE_SPAN=_whole_span(static), INV_DOT=_inv_dot(q), **common)
     rows_k = jax.ShapeDtypeStruct(k.shape, k.dtype)
     w, u, qbar, khat = triton_call(q, k, v, b, beta, A, bounds, kernel=kernels.chunk_kda_wu_kernel,
                                    out_shape=[rows_k, jax.ShapeDtypeStruct(v.shape, v.dtype), rows_k, rows_k],
-                                   grid=(NS, H), name="workbench_kda_wu", scale=static.scale, H=H, K=K, V=V, BT=BT,
-                                   F32_DOT=_f32_dot(q))
+                                   grid=(NS, H), tune_inputs=tune, name="workbench_kda_wu", scale=static.scale,
+                                   H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
     ht, hs, delta = triton_call(
         khat, w, u, b, h0, cu, bounds, kernel=kernels.chunk_kda_h_kernel,
         out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32),
                    jax.ShapeDtypeStruct((NS, H, K, V), f32 if save else q.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
-        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), name="workbench_kda_h", V=V, F32_DOT=_f32_dot(q),
-        **common)
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), tune_inputs=tune, name="workbench_kda_h", V=V,
+        F32_DOT=_f32_dot(q), **common)
     o = triton_call(qbar, Aqk, delta, hs, bounds, kernel=kernels.chunk_kda_o_kernel,
                     out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
-                    grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), name="workbench_kda_o",
+                    grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), tune_inputs=tune, name="workbench_kda_o",
                     V=V, F32_DOT=_f32_dot(q), **common)
     return o, ht, (b, A, Aqk, w, hs, delta)
 
@@ -235,7 +231,8 @@ def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static):
     K, V, BK = _dims(q, v)
     BT = static.chunk_size
     N = cu.shape[0] - 1
-    bounds = _bounds(cu, TT, BT)
+    bounds = chunk_bounds(cu, TT, BT)  # [NS, 2] int32
+    tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
     f32 = jnp.float32
     rows_k = jax.ShapeDtypeStruct((TT, H, K), f32)
@@ -246,28 +243,29 @@ def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static):
     dh0, dhs, ddelta = triton_call(
         q, k, w, b, Aqk, do, dht, cu, bounds, kernel=kernels.chunk_kda_dh_kernel,
         out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32), dv_shape],
-        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), name="workbench_kda_dh", scale=static.scale, BK=BK,
-        **common)
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), tune_inputs=tune, name="workbench_kda_dh",
+        scale=static.scale, BK=BK, **common)
     if static.tuning.fused_backward:
         a_t_pointer, trans_a = WY_VARIANTS[static.wy_variant]
         dq_s, dk_s, dv, dg_s, dbeta_s, dAqk, dL = triton_call(
             q, k, v, b, beta, A, delta, ddelta, do, hs, dhs, bounds, kernel=kernels.chunk_kda_bwd_wy_dqkg_fused_kernel,
             out_shape=[rows_k, rows_k, dv_shape, rows_k, rows_1, matrix, matrix], grid=(NS, H),
-            name="workbench_kda_bwd_wy_dqkg_fused", scale=static.scale, A_T_POINTER=a_t_pointer, TRANS_A=trans_a,
-            **common)
+            tune_inputs=tune, name="workbench_kda_bwd_wy_dqkg_fused", scale=static.scale, A_T_POINTER=a_t_pointer,
+            TRANS_A=trans_a, **common)
     else:
         dq_s, dk_i, dg_i, dw, dAqk = triton_call(
             q, k, v, b, delta, ddelta, do, hs, dhs, bounds, kernel=kernels.chunk_kda_bwd_inter_kernel,
-            out_shape=[rows_k, rows_k, rows_k, rows_k, matrix], grid=(NS, H), name="workbench_kda_bwd_inter",
-            scale=static.scale, **common)
+            out_shape=[rows_k, rows_k, rows_k, rows_k, matrix], grid=(NS, H), tune_inputs=tune,
+            name="workbench_kda_bwd_inter", scale=static.scale, **common)
         dk_s, dg_s, dv, dbeta_s, dL = triton_call(
             q, k, v, b, beta, A, ddelta, dw, dk_i, dg_i, bounds, kernel=kernels.chunk_kda_bwd_wy_kernel,
-            out_shape=[rows_k, rows_k, dv_shape, rows_1, matrix], grid=(NS, H), name="workbench_kda_bwd_wy", **common)
+            out_shape=[rows_k, rows_k, dv_shape, rows_1, matrix], grid=(NS, H), tune_inputs=tune,
+            name="workbench_kda_bwd_wy", **common)
     common.pop("V")
     dq, dk, dg, dbeta = triton_call(
         q, k, b, beta, dAqk, dL, dq_s, dk_s, dg_s, dbeta_s, bounds, kernel=kernels.chunk_kda_bwd_intra_kernel,
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype), rows_k, rows_1],
-        grid=(NS, H), name="workbench_kda_bwd_intra", scale=static.scale,
+        grid=(NS, H), tune_inputs=tune, name="workbench_kda_bwd_intra", scale=static.scale,
         WHOLE_SPAN=_whole_span(static), **common)
     return dq, dk, dv, dg, dbeta, dh0
 
@@ -349,7 +347,8 @@ def _recurrent_forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool):
         q, k, v, g, beta, h0, cu, kernel=kernels.recurrent_kda_fwd_kernel,
         out_shape=[jax.ShapeDtypeStruct(v.shape, v.dtype), jax.ShapeDtypeStruct((N, H, K, V), jnp.float32), ckpt],
         grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), name="workbench_recurrent_kda_fwd",
-        scale=static.scale, H=H, K=K, V=V, BK=triton.next_power_of_2(K), CHUNK=kernels.CHUNK)
+        tune_inputs=stand_ins(N, TT), scale=static.scale, H=H, K=K, V=V, BK=triton.next_power_of_2(K),
+        CHUNK=kernels.CHUNK)
     return o, ht, (ckpt if save else None)
 
 
@@ -366,7 +365,7 @@ def _recurrent_backward(q, k, v, g, beta, ckpt, cu, do, dht, static: _Static):
         out_shape=[jax.ShapeDtypeStruct((NV, TT, H, K), f32)] * 3 + [
             jax.ShapeDtypeStruct((NV, TT, H), f32), jax.ShapeDtypeStruct(v.shape, v.dtype),
             jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NV * N * H, kernels.CHUNK, BK, BV), f32)],
-        grid=(NV, N * H), name="workbench_recurrent_kda_bwd", num_warps=4,
+        grid=(NV, N * H), name="workbench_recurrent_kda_bwd", num_warps=4, tune_inputs=stand_ins(N, TT),
         scale=static.scale, H=H, K=K, V=V, BK=BK, BV=BV, CHUNK=kernels.CHUNK)
     return dq.sum(0), dk.sum(0), dv, dg.sum(0), dbeta.sum(0), dh0  # partial sums over value blocks
 

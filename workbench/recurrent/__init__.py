@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import triton
 
 from .. import _checks
-from .._bounds import keep_inside, packed_bounds
+from .._bounds import keep_inside, packed_bounds, stand_ins
 from ..launch import triton_call
 from . import kernels
 from .reference import recurrent_ref
@@ -173,7 +173,7 @@ def _forward(q, k, v, gk_eff, gv, h0, cu, static: _Static, save: bool):
         q, k, v, gk_eff, gv, h0, cu,
         kernel=kernels.recurrent_fwd_kernel,
         out_shape=[jax.ShapeDtypeStruct(v.shape, v.dtype), jax.ShapeDtypeStruct((N, H, K, V), jnp.float32), ckpt],
-        grid=grid, name="workbench_recurrent_fwd",
+        grid=grid, name="workbench_recurrent_fwd", tune_inputs=stand_ins(N, TT),
         scale=static.scale, H=H, K=K, V=V, BK=triton.next_power_of_2(K), CHUNK=kernels.CHUNK,
         REVERSE=static.reverse,
     )
@@ -203,7 +203,7 @@ def _backward(q, k, v, gk_eff, gv, ckpt, cu, do, dht, static: _Static):
             jax.ShapeDtypeStruct((*v.shape[:3], NK, V), f32) if gv is not None else unused,
             jax.ShapeDtypeStruct((NK * N * H, kernels.CHUNK // 4, BK, BV), f32),  # scratch
         ],
-        grid=(NK, N * H), name="workbench_recurrent_bwd",
+        grid=(NK, N * H), name="workbench_recurrent_bwd", tune_inputs=stand_ins(N, TT),
         scale=static.scale, H=H, K=K, V=V, BK=BK, BV=BV, CHUNK=kernels.CHUNK, REVERSE=static.reverse,
     )
     dv = dv.sum(-2)  # partial sums over key blocks
