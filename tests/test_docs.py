@@ -32,6 +32,7 @@ README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 PERF_TABLE = ROOT / "scripts" / "perf_table.py"
 MARKERS = ("<!-- perf-table:start -->", "<!-- perf-table:end -->")
+FIRST_CALL_MARKERS = ("<!-- first-call:start -->", "<!-- first-call:end -->")
 
 # Repository paths as prose and code blocks write them: `scripts/x.py`, `data/bench/`, `LICENSE`.
 REPO_PATH = re.compile(r"(?<![\w./-])((?:scripts|docs|notebooks|workbench|tests|data/bench)/[\w./-]*|LICENSE)")
@@ -221,7 +222,7 @@ def test_perf_table_has_a_row_per_recorded_op(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{MARKERS[0]}\nold\n{MARKERS[1]}\noutro\n")
     docs = tmp_path / "performance.md"
-    result = _run_perf_table("--docs", docs, "--readme", readme)
+    result = _run_perf_table("--docs", docs, "--readme", readme, "--autotune-doc", _autotune_doc(tmp_path))
     assert result.returncode == 0, result.stderr
     ops = {json.loads(p.read_text())["op"] for p in (ROOT / "data" / "bench").glob("*.json")}
     assert ops
@@ -264,15 +265,51 @@ def test_perf_table_picks_the_latest_complete_record_at_the_most_reps(tmp_path):
         (bench / f"{name}.json").write_text(json.dumps(record))
     readme = tmp_path / "README.md"
     readme.write_text(f"{MARKERS[0]}\n{MARKERS[1]}\n")
-    result = _run_perf_table("--bench", bench, "--docs", tmp_path / "performance.md", "--readme", readme)
+    result = _run_perf_table("--bench", bench, "--docs", tmp_path / "performance.md", "--readme", readme,
+                             "--autotune-doc", _autotune_doc(tmp_path))
     assert result.returncode == 0, result.stderr
     rows = _table_rows(readme.read_text())
     assert rows == ["| newop | TestGPU | 3.00 ms (1.50) | 6.00 ms (0.75) | peerlib.op |"], rows
     assert "newop-20260102T000000Z.json" in (tmp_path / "performance.md").read_text()
 
 
+def _autotune_doc(tmp_path):
+    path = tmp_path / "autotune.md"
+    path.write_text(f"# page\n{FIRST_CALL_MARKERS[0]}\nSTALE\n{FIRST_CALL_MARKERS[1]}\nend\n")
+    return path
+
+
+def _first_call_record(op, date, cold, cached, device="NVIDIA TestGPU"):
+    stats = {"cold": {"chosen_tuned": 3, "kernels_compiled": 9}, "cached": {"chosen_disk": 3, "kernels_loaded": 4}}
+    return {"op": op, "date": date, "device": {"kind": device}, "interpreted": False, "complete": True,
+            "shapes": [{"B": 2, "T": 64, "H": 2, "K": 16, "V": 16}],
+            "first_call": {"cold_s": cold, "cached_s": cached, "ratio": cached / cold,
+                           "runs": {run: {"stats": s} for run, s in stats.items()}}}
+
+
+def test_first_call_tables_take_each_ops_latest_record(tmp_path):
+    folder = tmp_path / "bench" / "first_call"
+    folder.mkdir(parents=True)
+    for name, record in {"chunk_gla-20260101T000000Z": _first_call_record("chunk_gla", "2026-01-01T00:00", 50, 40),
+                         "chunk_gla-20260102T000000Z": _first_call_record("chunk_gla", "2026-01-02T00:00", 100, 5),
+                         "recurrent-20260101T000000Z": _first_call_record("recurrent", "2026-01-01T00:00", 80, 4)
+                         }.items():
+        (folder / f"{name}.json").write_text(json.dumps(record))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{MARKERS[0]}\n{MARKERS[1]}\n- cached:\n{FIRST_CALL_MARKERS[0]}\n{FIRST_CALL_MARKERS[1]}\n")
+    page = _autotune_doc(tmp_path)
+    result = _run_perf_table("--bench", tmp_path / "bench", "--docs", tmp_path / "performance.md", "--readme",
+                             readme, "--autotune-doc", page)
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in page.read_text().splitlines() if line.startswith("| ") and not line.startswith("| op ")]
+    assert [row.split(" | ")[0] for row in rows] == ["| recurrent", "| chunk_gla"], rows
+    assert "| 100.0 | 5.0 | 0.05 | 3 → 3 | 9 → 4 |" in rows[1] and "STALE" not in page.read_text()
+    assert "recurrent 80 → 4.0 s; chunk_gla 100 → 5.0 s" in readme.read_text()
+
+
 def test_committed_perf_tables_are_current():
-    """README.md and docs/performance.md hold what scripts/perf_table.py writes from data/bench/ now."""
+    """README.md, docs/performance.md and docs/autotune.md hold what scripts/perf_table.py writes from
+    data/bench/ now."""
     result = _run_perf_table("--check")
     assert result.returncode == 0, result.stderr + "run: python scripts/perf_table.py"
 
