@@ -75,6 +75,7 @@ import triton
 import workbench
 
 from . import launch, testing
+from .chunk_gla import Tuning as _GlaTuning
 
 IMPLEMENTATIONS = ("triton", "reference")
 WARMUP = 2
@@ -401,7 +402,10 @@ CHUNK_GLA = OpBench(
     max_T={"reference": (16384, "the reference's autodiff holds [chunks, 64, 64, H, K] ratio tensors "
                                 "(25.6 GiB at 16k by XLA's memory analysis, 51 GiB at 32k, 102 GiB at 64k)")},
     error_sources=("fla.ops.gla.chunk_gla",),
+    variants={"one sweep": {"tuning": _GlaTuning(segments=1)}},
     notes={"gates": ["gk"], "gate_strength": 0.1, "chunk_size": 64,
+           "one_sweep": "triton vs triton[one sweep]: the two-level state pass (NOTES gla.13, segments chosen by "
+                        "state_segments) against one sweep per sequence; the same where the heuristic picks 1",
            "targets_ms": {"target": {"forward": 0.72, "forward_backward": 3.0}}},
 )
 

@@ -272,6 +272,72 @@ def test_chunk_size_does_not_change_the_result(chunk_size):
     assert_same({n: x.astype(jnp.float64) for n, x in chunked.items()}, definition, tol=2e-6)
 
 
+# ----------------------------------------------------------------------------- two-level state pass (gla.13)
+
+from workbench.chunk_gla import Tuning, state_segments  # noqa: E402
+
+ONE_LONG = [0, 3, 3, 70, 76, 80]  # short, empty, one long sequence of 67 rows (5 chunks of 16), two short
+
+
+def test_state_segments_heuristic():
+    """1 at the target shape (B = 8, H = 16 fill 132 SMs); powers of two for one long sequence, capped by
+    4 programs per SM and 8 chunks per segment; never more segments than that allows."""
+    assert state_segments(8 * 16, 64, 132) == 1
+    assert [state_segments(16, T // 64, 132) for T in (512, 1024, 2048, 4096, 65536)] == [1, 2, 4, 8, 8]
+    assert state_segments(1, 4096, 132) == 128 and state_segments(33, 4096, 132) == 1
+    for pairs in range(1, 40):
+        for chunks in (1, 7, 8, 16, 100, 1000):
+            n = state_segments(pairs, chunks, 132)
+            assert n & (n - 1) == 0 and (n == 1 or (chunks // n >= 8 and n * pairs * 4 <= 4 * 132))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=lambda d: jnp.dtype(d).name)
+@strategies.fewer_examples(6, minimum=1)
+@given(seed=strategies.seeds, segments=st.sampled_from([2, 3, 8]), gates=GATE_SETS,
+       strength=strategies.gate_strengths)
+def test_two_level_state_pass_matches_float64_oracle(dtype, seed, segments, gates, strength):
+    """Varlen with one long and several short (one empty) sequences, initial and final states, every
+    gradient: the two-level pass within the budget against the float64 oracle."""
+    bounds = jnp.asarray(ONE_LONG, jnp.int32)
+    inputs = inputs_for(seed, 1, ONE_LONG[-1], 1, 16, 16, dtype=dtype, gates=gates, strength=strength,
+                        n_seqs=len(ONE_LONG) - 1)
+    check_against_oracle(inputs, seed, cu_seqlens=bounds, chunk_size=16, tuning=Tuning(segments=segments))
+
+
+@pytest.mark.parametrize("packed, segments", [(True, 3), (True, 16), (False, 2)], ids=["varlen-3", "varlen-16", "batch-2"])
+def test_two_level_state_pass_equals_one_sweep(packed, segments):
+    """The same outputs and gradients as the single sweep (float32), for packed sequences and for a batch;
+    16 segments leave most of every sequence's segments empty."""
+    cu, B, T = (ONE_LONG, 1, ONE_LONG[-1]) if packed else (None, 2, 50)
+    n_seqs = None if cu is None else len(cu) - 1
+    inputs = inputs_for(41, B, T, 1, 16, 16, gates=("g", "gk"), n_seqs=n_seqs)
+    if cu is not None:
+        inputs["cu_seqlens"] = jnp.asarray(cu, jnp.int32)
+    cts = cotangents(42, inputs, n_seqs)
+    one = outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(segments=1))
+    assert_same(outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(segments=segments)), one)
+
+
+def test_every_segment_sweep_config_gives_the_same_answer(tuning_problem):
+    """Each distinct block-size config of the segment sweep, forward and backward, against the reference."""
+    inputs, cts, expected = tuning_problem
+    distinct = distinct_configs(kernels.chunk_segment_sweep_kernel)
+    assert len(distinct) >= 2
+    for index in distinct.values():
+        with launch.interpreter_config(kernels.chunk_segment_sweep_kernel, index):
+            got = jax.block_until_ready(outputs_and_grads(inputs, cts, chunk_size=TUNING_CHUNK // 2,
+                                                          tuning=Tuning(segments=2)))
+        for n in expected:
+            err = testing.rms_rel(got[n], expected[n])
+            assert err <= (GATE_EXACT if n in ("dg", "dgk") else EXACT), f"config {index}: {n} gap {err:.2e}"
+
+
+def test_bad_segments_raise():
+    for bad in (0, -1, 2.0, "4"):
+        with pytest.raises(ValueError, match="Tuning.segments"):
+            Tuning(segments=bad)
+
+
 # ----------------------------------------------------------------------------- tuning
 
 AUTOTUNED = {"chunk_h_kernel": "forward", "chunk_a_kernel": "forward", "chunk_o_kernel": "forward",

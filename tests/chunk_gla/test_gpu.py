@@ -87,3 +87,14 @@ def test_compiled_target_shape_bf16_is_finite_and_matches_recurrent():
         assert bool(jnp.all(jnp.isfinite(x))), name
         gap = float(jnp.linalg.norm(x - y) / jnp.linalg.norm(y))
         assert gap < 2e-2, f"d{name}: chunk_gla vs recurrent RMS-relative gap {gap:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+def test_compiled_two_level_state_pass_within_budget(dtype):
+    """(gla.13) compiled: one long sequence beside short and empty ones, 8 segments, initial and final
+    states and every gradient against the float64 oracle."""
+    from workbench.chunk_gla import Tuning
+
+    cu = jnp.array([0, 5, 5, 3000, 3100, 4096], jnp.int32)
+    inputs = recurrent_inputs(11, 1, 4096, 2, 64, 64, dtype=dtype, gates=("g", "gk"), strength=1.0, n_seqs=5)
+    _three_way(inputs, _cotangents(12, 1, 4096, 2, 64, 64, 5, dtype), cu_seqlens=cu, tuning=Tuning(segments=8))

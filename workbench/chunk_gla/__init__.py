@@ -38,9 +38,40 @@ class Tuning:
     backward: "triton" runs the backward kernels; "reference" runs `jax.vjp` of the reference
         instead (on the same packed inputs), so the forward kernels can be tested alone and a wrong
         gradient bisected.
+    segments: the two-level state pass (NOTES.md, gla.13): the state sweeps (forward and backward) cut
+        every sequence into this many segments swept in parallel, then carry the true states across
+        them and correct each segment's states. 1 is the single sweep; None (default) chooses by
+        `state_segments` from the programs a single sweep would keep in flight and the GPU's SM count.
     """
 
     backward: Literal["triton", "reference"] = "triton"
+    segments: int | None = None
+
+    def __post_init__(self):
+        if self.segments is not None and (type(self.segments) is not int or self.segments < 1):
+            raise ValueError(f"Tuning.segments: expected None or an int ≥ 1, got {self.segments!r}")
+
+
+SWEEP_PROGRAMS = 4  # V blocks × K blocks of a state sweep at K = V = 64 with its usual 32 × 32 or 64 × 32 blocks
+MIN_SEGMENT_CHUNKS = 8  # fewer chunks per segment would make the correction cost more than the sweep saves
+
+
+def state_segments(pairs: int, chunks: int, sms: int) -> int:
+    """(gla.13) Segments per sequence for the state sweeps: 1 while `pairs` (sequences × heads) already keep
+    the GPU's `sms` multiprocessors busy, else the largest power of two that keeps the programs in flight
+    within 4 per SM and every segment at least MIN_SEGMENT_CHUNKS of the `chunks` (the longest possible
+    sequence's chunk count)."""
+    if pairs * SWEEP_PROGRAMS >= sms:
+        return 1
+    n = 1
+    while 2 * n * pairs * SWEEP_PROGRAMS <= 4 * sms and chunks // (2 * n) >= MIN_SEGMENT_CHUNKS:
+        n *= 2
+    return n
+
+
+def _sm_count() -> int:
+    """Multiprocessors of the first device (its `core_count` on a GPU); 132 (an H100 or H200) elsewhere."""
+    return int(getattr(jax.devices()[0], "core_count", 0) or 132)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +148,46 @@ def _f32_dot(q) -> str:
     return "ieee" if q.dtype == jnp.float32 else "tf32"
 
 
+def _state_sweep(x, y, b, init, cu, bounds, static: _Static, tune, *, reverse: bool):
+    """(final, states [NS, H, K, V]) of the forward state sweep (gla.4: x, y = k, v; init = h0; states at
+    chunk starts) or, with `reverse`, of the backward one (gla.7: x, y = q, do; init = dH at the end;
+    states = dH at chunk ends): one sweep per sequence, or the two-level pass of (gla.13)."""
+    TT, H, K = x.shape
+    V = y.shape[-1]
+    N = cu.shape[0] - 1
+    NS = bounds.shape[0]
+    f32 = jnp.float32
+    state = lambda n: jax.ShapeDtypeStruct((n, H, K, V), f32)  # noqa: E731
+    n_seg = static.tuning.segments
+    if n_seg is None:
+        n_seg = state_segments(N * H, triton.cdiv(TT, static.chunk_size), _sm_count())
+    common = dict(H=H, K=K, V=V, BT=static.chunk_size, F32_DOT=_f32_dot(x))
+    sweep_grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H * n_seg, triton.cdiv(K, meta["BK"]))  # noqa: E731
+    if n_seg == 1:
+        kernel, name = ((kernels.chunk_dh_kernel, "workbench_chunk_gla_dh") if reverse
+                        else (kernels.chunk_h_kernel, "workbench_chunk_gla_h"))
+        extra = dict(scale=static.scale) if reverse else {}
+        return triton_call(x, y, b, init, cu, bounds, kernel=kernel, out_shape=[state(N), state(NS)], grid=sweep_grid,
+                           tune_inputs=tune, name=name, **extra, **common)
+    states, ends, decay = triton_call(
+        x, y, b, cu, kernel=kernels.chunk_segment_sweep_kernel,
+        out_shape=[state(NS), state(N * n_seg), jax.ShapeDtypeStruct((N * n_seg, H, K), f32)],
+        grid=sweep_grid, tune_inputs=tune, name="workbench_chunk_gla_segment_sweep",
+        scale=static.scale if reverse else 1.0, NSEG=n_seg, REVERSE=reverse, **common)
+    BK, BV = max(16, triton.next_power_of_2(K)), 32
+    starts, final = triton_call(
+        ends, decay, init, kernel=kernels.chunk_state_pass_kernel, out_shape=[state(N * n_seg), state(N)],
+        grid=(triton.cdiv(V, BV), N * H), name="workbench_chunk_gla_state_pass", H=H, K=K, V=V, BK=BK, BV=BV,
+        NSEG=n_seg, REVERSE=reverse)
+    BK = min(BK, 64)
+    states = triton_call(
+        b, cu, starts, states, kernel=kernels.chunk_state_fixup_kernel, out_shape=state(NS),
+        input_output_aliases={3: 0}, grid=(triton.cdiv(V, BV), N * H * n_seg, triton.cdiv(K, BK)),
+        name="workbench_chunk_gla_state_fixup", H=H, K=K, V=V, BT=static.chunk_size, BK=BK, BV=BV, NSEG=n_seg,
+        REVERSE=reverse)
+    return final, states
+
+
 def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     """(o, final_state, residuals or None): residuals (b, hs, A) only when a backward will follow."""
     TT, H, _ = q.shape
@@ -130,11 +201,7 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     common = dict(H=H, K=K, BT=BT, BK=BK)
     b = triton_call(a, bounds, kernel=kernels.chunk_cumsum_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, K), f32),
                     grid=(NS, H), tune_inputs=tune, name="workbench_chunk_gla_cumsum", **common)
-    ht, hs = triton_call(
-        k, v, b, h0, cu, bounds, kernel=kernels.chunk_h_kernel,
-        out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32)],
-        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H, triton.cdiv(K, meta["BK"])),
-        tune_inputs=tune, name="workbench_chunk_gla_h", H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
+    ht, hs = _state_sweep(k, v, b, h0, cu, bounds, static, tune, reverse=False)
     A = triton_call(
         q, k, b, bounds, kernel=kernels.chunk_a_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, BT), v.dtype),
         grid=(BT // kernels.SUB_CHUNK, NS, H), tune_inputs=tune, name="workbench_chunk_gla_a", scale=static.scale,
@@ -157,11 +224,7 @@ def _backward(q, k, v, b, hs, A, cu, do, dht, static: _Static):
     NS = bounds.shape[0]
     f32 = jnp.float32
     common = dict(H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
-    dh0, dhs = triton_call(
-        q, do, b, dht, cu, bounds, kernel=kernels.chunk_dh_kernel,
-        out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32)],
-        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H, triton.cdiv(K, meta["BK"])),
-        tune_inputs=tune, name="workbench_chunk_gla_dh", scale=static.scale, **common)
+    dh0, dhs = _state_sweep(q, do, b, dht, cu, bounds, static, tune, reverse=True)
     dv = triton_call(
         q, k, do, b, A, dhs, bounds, kernel=kernels.chunk_dv_kernel,
         out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype), grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H),

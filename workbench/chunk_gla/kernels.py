@@ -140,9 +140,10 @@ def _sweep_configs():
             for bk, bv, w in ((64, 32, 4), (64, 64, 8), (32, 32, 4), (32, 64, 4))]
 
 
-def _prune_sweep(dim: str):
+def _prune_sweep(dim: str, key_dim: str | None = None):
     def prune(configs, named_args, **_):
-        K = max(16, triton.next_power_of_2(named_args["k" if "k" in named_args else "q"].shape[-1]))
+        keys = named_args[key_dim] if key_dim else named_args["k" if "k" in named_args else "q"]
+        K = max(16, triton.next_power_of_2(keys.shape[-1]))
         V = max(16, triton.next_power_of_2(named_args[dim].shape[-1]))
         kept = [c for c in configs if c.kwargs["BK"] <= K and c.kwargs["BV"] <= V]
         return kept or [min(configs, key=lambda c: c.kwargs["BK"] * c.kwargs["BV"])]
@@ -475,6 +476,118 @@ def chunk_dh_kernel(q, do, b, dht, cu_seqlens, bounds,  # inputs
         b_qbar1, b_do1 = _qbar_do(q, do, b, scale, rows1, m_t1, i_h, o_k, m_k, o_v, m_v, H, K, V)
         b_dh = b_dh * _exp(b_bL)[:, None] + _chunk_product(b_qbar0, b_do0, b_qbar1, b_do1, F32_DOT)
     tl.store(dh0 + i_nh * K * V + p_state, b_dh, mask=m_h)
+
+
+# ----------------------------------------------------------------------------- two-level state pass (gla.13)
+
+
+@triton.jit
+def _segment(cu_seqlens, i_n, i_j, NSEG: tl.constexpr, BT: tl.constexpr):
+    """(the sequence's first chunk slot, first chunk, end chunk) of segment i_j of sequence i_n: its
+    chunks cut into NSEG runs of ⌈chunks / NSEG⌉ (the last ones shorter or empty)."""
+    bos, eos = _sequence(cu_seqlens, i_n)
+    n_chunks = tl.cdiv(eos - bos, BT)
+    per = tl.cdiv(n_chunks, NSEG)
+    c0 = tl.minimum(i_j * per, n_chunks)
+    return bos // BT + i_n, c0, tl.minimum(c0 + per, n_chunks)
+
+
+@triton.jit
+def _segment_prologue(cu_seqlens, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                      BK: tl.constexpr, BV: tl.constexpr, NSEG: tl.constexpr):
+    """Program (V block, (sequence·head)·NSEG + segment, K block) of a segment pass: (i_n, i_h, i_j, the
+    row of this segment in the [N·NSEG, H, ·] buffers, first slot, c0, c1, o_k, o_v, m_k, m_v, m_h,
+    p_state)."""
+    i_v, i_nhj, i_k = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
+    i_nh, i_j = i_nhj // NSEG, i_nhj % NSEG
+    i_n, i_h = i_nh // H, i_nh % H
+    first_slot, c0, c1 = _segment(cu_seqlens, i_n, i_j, NSEG, BT)
+    o_k = i_k * BK + tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    m_h = m_k[:, None] & m_v[None, :]
+    return (i_n, i_h, i_j, (i_n * NSEG + i_j) * H + i_h, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h,
+            o_k[:, None] * V + o_v[None, :])
+
+
+@triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT", "NSEG", "REVERSE"],
+                 prune_configs_by={"early_config_prune": _prune_sweep("y", "x")})
+@triton.jit
+def chunk_segment_sweep_kernel(x, y, b, cu_seqlens,  # inputs: (k, v) forward, (q, do) with REVERSE
+                               states, ends, decay,  # outputs: [NS, H, K, V]; [N·NSEG, H, K, V]; [N·NSEG, H, K]
+                               scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                               BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, NSEG: tl.constexpr,
+                               REVERSE: tl.constexpr, F32_DOT: tl.constexpr):
+    """(gla.13) The sweep of (gla.4) — or with REVERSE of (gla.7), last chunk first — over one segment of a
+    sequence, from a zero state: the segment's local states at every chunk (hs at chunk starts, dH at
+    chunk ends), its end state, and its total log-decay Λ = Σ b_L over its chunks (per key)."""
+    (i_n, i_h, i_j, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state) = _segment_prologue(
+        cu_seqlens, H, K, V, BT, BK, BV, NSEG)
+    b_h = tl.zeros([BK, BV], tl.float32)
+    b_d = tl.zeros([BK], tl.float32)
+    for cc in range(0, c1 - c0):
+        c = c1 - 1 - cc if REVERSE else c0 + cc
+        i_s = first_slot + c
+        tl.store(states + (i_s * H + i_h) * K * V + p_state, b_h, mask=m_h)
+        start, end = _sweep_chunk(cu_seqlens, i_n, c, BT)
+        b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)  # [BK]
+        rows0, m_t0 = _half_rows(start, end, 0, BT)
+        rows1, m_t1 = _half_rows(start, end, 1, BT)
+        if REVERSE:
+            b_x0, b_y0 = _qbar_do(x, y, b, scale, rows0, m_t0, i_h, o_k, m_k, o_v, m_v, H, K, V)
+            b_x1, b_y1 = _qbar_do(x, y, b, scale, rows1, m_t1, i_h, o_k, m_k, o_v, m_v, H, K, V)
+        else:
+            b_x0, b_y0 = _khat_v(x, y, b, b_bL, rows0, m_t0, i_h, o_k, m_k, o_v, m_v, H, K, V)
+            b_x1, b_y1 = _khat_v(x, y, b, b_bL, rows1, m_t1, i_h, o_k, m_k, o_v, m_v, H, K, V)
+        b_h = b_h * _exp(b_bL)[:, None] + _chunk_product(b_x0, b_y0, b_x1, b_y1, F32_DOT)
+        b_d += b_bL
+    tl.store(ends + i_row * K * V + p_state, b_h, mask=m_h)
+    if tl.program_id(0) == 0:
+        tl.store(decay + i_row * K + o_k, b_d, mask=m_k)
+
+
+@triton.jit
+def chunk_state_pass_kernel(ends, decay, init,  # inputs: [N·NSEG, H, K, V], [N·NSEG, H, K], [N, H, K, V]
+                            starts, final,  # outputs: [N·NSEG, H, K, V], [N, H, K, V]
+                            H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+                            BV: tl.constexpr, NSEG: tl.constexpr, REVERSE: tl.constexpr):
+    """(gla.13) Across the segments of one sequence (the last first with REVERSE), from `init` (h0, or dH at
+    the sequence's end): each segment's true entering state S_j, then S ← exp(Λ_j) ⊙ S + E_j; `final` is
+    the state after the last segment (the final state, or dS_0)."""
+    i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    i_n, i_h = i_nh // H, i_nh % H
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    m_h = m_k[:, None] & m_v[None, :]
+    p_state = o_k[:, None] * V + o_v[None, :]
+    b_s = tl.load(init + i_nh * K * V + p_state, mask=m_h, other=0.0)
+    for jj in range(0, NSEG):
+        j = NSEG - 1 - jj if REVERSE else jj
+        i_row = (i_n * NSEG + j) * H + i_h
+        tl.store(starts + i_row * K * V + p_state, b_s, mask=m_h)
+        b_lam = tl.load(decay + i_row * K + o_k, mask=m_k, other=0.0)
+        b_s = b_s * _exp(b_lam)[:, None] + tl.load(ends + i_row * K * V + p_state, mask=m_h, other=0.0)
+    tl.store(final + i_nh * K * V + p_state, b_s, mask=m_h)
+
+
+@triton.jit
+def chunk_state_fixup_kernel(b, cu_seqlens, starts, states_in,  # inputs (states_in is `states`, aliased)
+                             states,  # output [NS, H, K, V]: local states, corrected in place
+                             H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                             BK: tl.constexpr, BV: tl.constexpr, NSEG: tl.constexpr, REVERSE: tl.constexpr):
+    """(gla.13) Every state of a segment plus the part its entering state S_j contributes: at chunk c,
+    exp(Σ b_L over the segment's chunks before c — after c with REVERSE) ⊙ S_j."""
+    (i_n, i_h, i_j, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state) = _segment_prologue(
+        cu_seqlens, H, K, V, BT, BK, BV, NSEG)
+    b_s = tl.load(starts + i_row * K * V + p_state, mask=m_h, other=0.0)
+    b_d = tl.zeros([BK], tl.float32)
+    for cc in range(0, c1 - c0):
+        c = c1 - 1 - cc if REVERSE else c0 + cc
+        p = states + ((first_slot + c) * H + i_h) * K * V + p_state
+        tl.store(p, tl.load(p, mask=m_h, other=0.0) + _exp(b_d)[:, None] * b_s, mask=m_h)
+        _, end = _sweep_chunk(cu_seqlens, i_n, c, BT)
+        b_d += _row(b, end - 1, i_h, o_k, m_k, H, K)
 
 
 @triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
