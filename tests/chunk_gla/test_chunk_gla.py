@@ -280,15 +280,15 @@ ONE_LONG = [0, 3, 3, 70, 76, 80]  # short, empty, one long sequence of 67 rows (
 
 
 def test_state_segments_heuristic():
-    """1 at the target shape (B = 8, H = 16 fill 132 SMs); powers of two for one long sequence, capped by
-    4 programs per SM and 8 chunks per segment; never more segments than that allows."""
+    """1 at the target shape (B = 8, H = 16 fill 132 SMs) and below 32 chunks; powers of two for one long
+    sequence, capped by 4 programs per SM and 8 chunks per segment; never more segments than that allows."""
     assert state_segments(8 * 16, 64, 132) == 1
-    assert [state_segments(16, T // 64, 132) for T in (512, 1024, 2048, 4096, 65536)] == [1, 2, 4, 8, 8]
+    assert [state_segments(16, T // 64, 132) for T in (512, 1024, 2048, 4096, 65536)] == [1, 1, 4, 8, 8]
     assert state_segments(1, 4096, 132) == 128 and state_segments(33, 4096, 132) == 1
     for pairs in range(1, 40):
         for chunks in (1, 7, 8, 16, 100, 1000):
             n = state_segments(pairs, chunks, 132)
-            assert n & (n - 1) == 0 and (n == 1 or (chunks // n >= 8 and n * pairs * 4 <= 4 * 132))
+            assert n & (n - 1) == 0 and (n == 1 or (chunks >= 32 and chunks // n >= 8 and n * pairs * 4 <= 4 * 132))
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=lambda d: jnp.dtype(d).name)

@@ -54,14 +54,15 @@ class Tuning:
 
 SWEEP_PROGRAMS = 4  # V blocks × K blocks of a state sweep at K = V = 64 with its usual 32 × 32 or 64 × 32 blocks
 MIN_SEGMENT_CHUNKS = 8  # fewer chunks per segment would make the correction cost more than the sweep saves
+MIN_SPLIT_CHUNKS = 32  # H100, B=1 H=16: 16 chunks (T = 1k) ran faster as one sweep, 32 (2k) faster in 4 segments
 
 
 def state_segments(pairs: int, chunks: int, sms: int) -> int:
     """(gla.13) Segments per sequence for the state sweeps: 1 while `pairs` (sequences × heads) already keep
-    the GPU's `sms` multiprocessors busy, else the largest power of two that keeps the programs in flight
-    within 4 per SM and every segment at least MIN_SEGMENT_CHUNKS of the `chunks` (the longest possible
-    sequence's chunk count)."""
-    if pairs * SWEEP_PROGRAMS >= sms:
+    the GPU's `sms` multiprocessors busy or the longest possible sequence has fewer than MIN_SPLIT_CHUNKS
+    `chunks`, else the largest power of two that keeps the programs in flight within 4 per SM and every
+    segment at least MIN_SEGMENT_CHUNKS long."""
+    if pairs * SWEEP_PROGRAMS >= sms or chunks < MIN_SPLIT_CHUNKS:
         return 1
     n = 1
     while 2 * n * pairs * SWEEP_PROGRAMS <= 4 * sms and chunks // (2 * n) >= MIN_SEGMENT_CHUNKS:
