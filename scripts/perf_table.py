@@ -15,7 +15,7 @@ with a title and the block). Which record speaks for an op:
   those. Its Triton row gives the time and `ratio_to_best_peer` (our median ÷ the fastest correct
   peer's in the same run; below 1 is faster);
 * sweep: for every sequence length of the op's `sweep` records, the latest record that timed it with
-  a peer (a long sweep is recorded in parts, `--T`);
+  a peer (a long sweep is recorded in parts, `--T`; a run cut short counts for the shapes it finished);
 * ring_attention (weak scaling, no peer): the latest record, at its largest device count, zigzag
   layout; the ratio is the efficiency, one device's share of single-GPU flash attention ÷ ring time.
 
@@ -74,12 +74,14 @@ class Record:
 
 
 def load(bench_dir: Path) -> list[Record]:
-    """Every finished, compiled record in `bench_dir` (`*.json` only: `.json.partial` is a run in progress)."""
+    """Every compiled record in `bench_dir` (`*.json` only: `.json.partial` is a run in progress). A record
+    that was cut short (`complete: false`) is kept for the sweep shapes it timed in full, never for a
+    target row."""
     records = []
     for path in sorted(bench_dir.glob("*.json")):
         data = json.loads(path.read_text())
-        if data.get("complete") is False or data.get("interpreted") or "results" not in data:
-            continue  # cut short, a CPU smoke run, or the first recurrent records (before the harness)
+        if data.get("interpreted") or "results" not in data:
+            continue  # a CPU smoke run, or the first recurrent records (before the harness)
         records.append(Record(path, data))
     return records
 
@@ -148,7 +150,7 @@ def target_rows(records: list[Record]) -> list[Row]:
     ops = sorted({r.op for r in records if r.op != RING})
     for op in ops:
         candidates = [r for r in records if r.op == op and r.data.get("shape_set") == "target"
-                      and any(_timing(r, s) for s in r.data["shapes"])]
+                      and r.data.get("complete") is not False and any(_timing(r, s) for s in r.data["shapes"])]
         if not candidates:
             continue
         record = max(candidates, key=lambda r: (r.reps, r.date))

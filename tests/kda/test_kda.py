@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from workbench import launch, strategies, testing
 from workbench.kda import Tuning, kernels
+from workbench.chunk_gla.reference import chunk_bounds
 from workbench.kda.inputs import kda_inputs
 from workbench.kda.reference import recurrent_kda_ref
 
@@ -260,7 +261,7 @@ def test_forward_alone_equals_the_training_forward():
     forward = jax.jit(kda._forward, static_argnums=(7, 8))
     hs_alone, hs_saved = (forward(*rows, inputs["initial_state"], cu, static, save)[2][4] for save in (False, True))
     assert (hs_alone.dtype, hs_saved.dtype) == (jnp.bfloat16, jnp.float32)
-    bounds = np.asarray(kda._bounds(cu, 80, 16))
+    bounds = np.asarray(chunk_bounds(cu, 80, 16))
     used = bounds[:, 0] < bounds[:, 1]  # slots past the last chunk are never written
     assert used.sum() == 6
     assert np.array_equal(np.asarray(hs_alone.astype(jnp.float32))[used],
