@@ -561,3 +561,73 @@ def test_kda_14():
     for n in got:
         assert_close(got[n], grads[n])
     assert_close(dS, grads["initial_state"])
+
+
+# ----------------------------------------------------------------------------- two-level state pass
+
+
+def _chunk_maps(x, do, C):
+    """Per chunk the forward map h ↦ M h + B and the backward map dH ↦ Mᵀ dH + R (kda.18)."""
+    maps = []
+    for s0 in range(0, len(x["q"]), C):
+        s1 = min(s0 + C, len(x["q"]))
+        p = chunk_terms(*(x[n][s0:s1] for n in ("q", "k", "v", "g", "beta")))
+        M = np.diag(np.exp(p["bL"])) - p["khat"].T @ p["w"]
+        R = p["qbar"].T @ do[s0:s1] - p["w"].T @ (p["Aqk"].T @ do[s0:s1])
+        maps.append((M, p["khat"].T @ p["u"], R))
+    return maps
+
+
+def _segments_forward(maps, h0, cuts):
+    """(kda.18) forward: each segment's sweep from zero (E_j) and of the identity with u = 0 (P_j), the pass
+    across segments, then every chunk-start state by the segment's sweep from its true entering state."""
+    starts, h = [], h0
+    for j in range(len(cuts) - 1):
+        E, P = np.zeros_like(h0), np.eye(len(h0))
+        for M, B, _ in maps[cuts[j]:cuts[j + 1]]:
+            E, P = M @ E + B, M @ P
+        starts.append(h)
+        h = P @ h + E
+    states = []
+    for j, S in enumerate(starts):
+        for M, B, _ in maps[cuts[j]:cuts[j + 1]]:
+            states.append(S)
+            S = M @ S + B
+    return states, h
+
+
+@pytest.mark.parametrize("cuts", [[0, 1, 2, 3, 4, 5], [0, 2, 5], [0, 3, 3, 5], [0, 5]])
+def test_kda_18(cuts):
+    """Segments of any cut (empty ones too) give every chunk-start state, the final state, every chunk-end
+    dH and dS_0 of the chunkwise form (kda.4, kda.9); the chunk maps are contractions for unit keys and
+    β ∈ (0, 1), so their products stay bounded."""
+    C = 8
+    x, do, dST = make_inputs(41, T=5 * C)
+    out = chunkwise(x, do, dST, C)
+    maps = _chunk_maps(x, do, C)
+    states, ST = _segments_forward(maps, x["S0"], cuts)
+    for c in range(5):
+        assert_close(states[c], out["h"][c])
+    assert_close(ST, out["ST"])
+    # backward: the transposed maps walked from the last chunk, segments in the same cut of that order
+    reverse = [(M.T, R, None) for M, _, R in maps[::-1]]
+    back_cuts = [5 - c for c in cuts[::-1]]
+    dH_states, dS0 = _segments_forward(reverse, dST, back_cuts)
+    for c in range(5):
+        assert_close(dH_states[4 - c], out["dH"][c])
+    assert_close(dS0, out["dS0"])
+    for M, _, _ in maps:
+        assert np.linalg.norm(M, 2) <= 1 + 1e-12
+
+
+def test_kda_18_products_stay_bounded_in_float32():
+    """Sixteen chunks of strong decay and unit keys: the segment product P (float32, chunk by chunk) is finite,
+    of norm ≤ 1, and close to the float64 product."""
+    C = 8
+    x, do, _ = make_inputs(42, strength=8.0, T=16 * C)
+    maps = _chunk_maps(x, do, C)
+    P64, P32 = np.eye(K), np.eye(K, dtype=np.float32)
+    for M, _, _ in maps:
+        P64, P32 = M @ P64, M.astype(np.float32) @ P32
+    assert np.all(np.isfinite(P32)) and np.linalg.norm(P32, 2) <= 1 + 1e-5
+    assert np.max(np.abs(P32 - P64)) <= 1e-6
