@@ -304,10 +304,10 @@ def test_two_level_state_pass_matches_float64_oracle(dtype, seed, segments, gate
     check_against_oracle(inputs, seed, cu_seqlens=bounds, chunk_size=16, tuning=Tuning(segments=segments))
 
 
-@pytest.mark.parametrize("packed, segments", [(True, 3), (True, 16), (False, 2)], ids=["varlen-3", "varlen-16", "batch-2"])
+@pytest.mark.parametrize("packed, segments", [(True, 8), (False, 3)], ids=["varlen-8", "batch-3"])
 def test_two_level_state_pass_equals_one_sweep(packed, segments):
     """The same outputs and gradients as the single sweep (float32), for packed sequences and for a batch;
-    16 segments leave most of every sequence's segments empty."""
+    8 segments leave most of every sequence's segments empty, 3 cut the batch's 4 chunks into 2, 2 and 0."""
     cu, B, T = (ONE_LONG, 1, ONE_LONG[-1]) if packed else (None, 2, 50)
     n_seqs = None if cu is None else len(cu) - 1
     inputs = inputs_for(41, B, T, 1, 16, 16, gates=("g", "gk"), n_seqs=n_seqs)
