@@ -310,6 +310,59 @@ CHUNK_AUTOTUNED = ("chunk_kda_intra_kernel", "chunk_kda_wu_kernel", "chunk_kda_h
                    "chunk_kda_bwd_wy_kernel", "recurrent_kda_fwd_kernel")
 
 
+# ----------------------------------------------------------------------------- two-level state pass (kda.18)
+
+ONE_LONG = [0, 5, 5, 70, 80]  # short, empty, one long sequence of 65 rows (5 chunks of 16), one short
+
+
+@pytest.mark.slow
+def test_two_level_state_pass_matches_float64_oracle():
+    """Packed sequences with one long one, initial and final states, every gradient: 3 segments within the
+    budget against the float64 definition (float32)."""
+    bounds = jnp.asarray(ONE_LONG, jnp.int32)
+    inputs = kda_inputs(61, 1, ONE_LONG[-1], 1, 16, 16, strength=0.5, n_seqs=len(ONE_LONG) - 1)
+    cts = cotangents(61, inputs, len(ONE_LONG) - 1)
+    oracle = outputs_and_grads(testing.to_float64(inputs), testing.to_float64(cts), op=recurrent_kda_ref,
+                               cu_seqlens=bounds)
+    kernel = outputs_and_grads(inputs, cts, chunk_size=16, cu_seqlens=bounds, tuning=Tuning(segments=3))
+    reference = outputs_and_grads(inputs, cts, implementation="reference", chunk_size=16, cu_seqlens=bounds)
+    rows = [testing.compare(name, kernel[name], reference[name], oracle[name]) for name in kernel]
+    print("\n".join(map(str, rows)))
+    testing.assert_within_budget(rows)
+
+
+@pytest.mark.parametrize("packed, segments", [(True, 8), (False, 2)], ids=["varlen-8", "batch-2"])
+def test_two_level_state_pass_equals_one_sweep(packed, segments):
+    """The same outputs and gradients as one sweep per sequence (float32); 8 segments leave most of every
+    sequence's segments empty."""
+    cu, B, T = (ONE_LONG, 1, ONE_LONG[-1]) if packed else (None, 2, 50)
+    n_seqs = None if cu is None else len(cu) - 1
+    inputs = kda_inputs(62, B, T, 1, 16, 16, strength=0.5, n_seqs=n_seqs)
+    extra = {} if cu is None else {"cu_seqlens": jnp.asarray(cu, jnp.int32)}
+    cts = cotangents(63, inputs, n_seqs)
+    one = outputs_and_grads(inputs, cts, chunk_size=16, **extra)
+    assert_same(outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(segments=segments), **extra), one)
+
+
+def test_every_two_level_config_gives_the_same_answer(tuning_problem):
+    """Each distinct block size of the segment sweep and the re-sweep, forward and backward, against one sweep."""
+    inputs, cts, expected = tuning_problem
+    for name in ("chunk_kda_segment_kernel", "chunk_kda_resweep_kernel"):
+        configs = launch.autotune_configs(getattr(kernels, name))
+        distinct = {tuple(sorted(c.kwargs.items())): i for i, c in enumerate(configs)}
+        assert len(distinct) >= 2, name
+        for index in distinct.values():
+            with launch.interpreter_config(getattr(kernels, name), index):
+                got = outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(segments=2))
+            assert_same(got, expected["chunk"])
+
+
+def test_bad_segments_raise():
+    for bad in (0, -2, 1.5, None):
+        with pytest.raises(ValueError, match="Tuning.segments"):
+            Tuning(segments=bad)
+
+
 @pytest.fixture(scope="module")
 def tuning_problem():
     """K = V = 40 (blocks of 32 and 64 give two blocks, the second partial, and one; 16 gives three), T = 20

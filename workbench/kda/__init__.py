@@ -55,11 +55,19 @@ class Tuning:
     whole_chunk: (chunk_kda) True forms L and Aqk of a chunk whose log-decays span at most
         `kernels.WHOLE_RANGE` with two whole-chunk products, and their backward with four (NOTES.md,
         kda.17); False always sub-chunk by sub-chunk (for testing that path on mild gates, and timing).
+    segments: (chunk_kda) the two-level state pass (NOTES.md, kda.18): both state sweeps cut every sequence
+        into this many segments, each swept from zero beside the identity, the true entering states
+        carried across them, then each swept again from its own; 1 (default) is one sweep per sequence.
     """
 
     backward: Literal["triton", "reference"] = "triton"
     fused_backward: bool = True
     whole_chunk: bool = True
+    segments: int = 1
+
+    def __post_init__(self):
+        if type(self.segments) is not int or self.segments < 1:
+            raise ValueError(f"Tuning.segments: expected an int ≥ 1, got {self.segments!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +195,49 @@ def _whole_span(static: _Static) -> float:
     return kernels.WHOLE_RANGE if static.tuning.whole_chunk else -1.0
 
 
+def _state_sweep(q, k, khat, w, u, do, b, Aqk, init, cu, bounds, static: _Static, tune, *, reverse: bool,
+                 states_dtype):
+    """(final, states [NS, H, K, V], δ [TT, H, V]) of the forward sweep (kda.4: from h0, hs at chunk starts, δ)
+    or, with `reverse`, of the backward one (kda.9: from dH at the end, dH at chunk ends, dδ): one sweep per
+    sequence, or the two-level pass of (kda.18) with `static.tuning.segments` segments."""
+    TT, H, K = w.shape
+    V = (do if reverse else u).shape[-1]
+    N = cu.shape[0] - 1
+    NS = bounds.shape[0]
+    dtype = (do if reverse else u).dtype
+    f32 = jnp.float32
+    state = lambda n, dt=f32, cols=V: jax.ShapeDtypeStruct((n, H, K, cols), dt)  # noqa: E731
+    rows_v = jax.ShapeDtypeStruct((TT, H, V), dtype)
+    n_seg = static.tuning.segments
+    BK = max(16, triton.next_power_of_2(K))
+    common = dict(H=H, K=K, V=V, BT=static.chunk_size, BK=BK, F32_DOT=_f32_dot(w))
+    if n_seg == 1:
+        grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H)  # noqa: E731
+        if reverse:
+            return triton_call(q, k, w, b, Aqk, do, init, cu, bounds, kernel=kernels.chunk_kda_dh_kernel,
+                               out_shape=[state(N), state(NS), rows_v], grid=grid, tune_inputs=tune,
+                               name="workbench_kda_dh", scale=static.scale, **common)
+        return triton_call(khat, w, u, b, init, cu, bounds, kernel=kernels.chunk_kda_h_kernel,
+                           out_shape=[state(N), state(NS, states_dtype), rows_v], grid=grid, tune_inputs=tune,
+                           name="workbench_kda_h", **common)
+    segment = dict(scale=static.scale, NSEG=n_seg, REVERSE=reverse, **common)
+    ends, trans = triton_call(
+        q, k, khat, w, u, do, b, Aqk, cu, bounds, kernel=kernels.chunk_kda_segment_kernel,
+        out_shape=[state(N * n_seg), state(N * n_seg, cols=K)],
+        grid=lambda meta: (triton.cdiv(V + K, meta["BV"]), N * H * n_seg), tune_inputs=tune,
+        name="workbench_kda_segment_sweep", **segment)
+    starts, final = triton_call(
+        ends, trans, init, kernel=kernels.chunk_kda_state_pass_kernel, out_shape=[state(N * n_seg), state(N)],
+        grid=(triton.cdiv(V, 32), N * H), name="workbench_kda_state_pass", H=H, K=K, V=V, BK=BK, BV=32, NSEG=n_seg,
+        REVERSE=reverse)
+    states, delta = triton_call(
+        q, k, khat, w, u, do, b, Aqk, starts, cu, bounds, kernel=kernels.chunk_kda_resweep_kernel,
+        out_shape=[state(NS, states_dtype), rows_v],
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H * n_seg), tune_inputs=tune,
+        name="workbench_kda_resweep", **segment)
+    return final, states, delta
+
+
 def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
     """(o, final_state, residuals (b, A, Aqk, w, hs, δ)). With `save` the chunk-start states hs are kept in
     float32 for the backward (dg's h ⊙ dH term reads them unrounded); without, they are stored in the
@@ -211,12 +262,8 @@ def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
                                    out_shape=[rows_k, jax.ShapeDtypeStruct(v.shape, v.dtype), rows_k, rows_k],
                                    grid=(NS, H), tune_inputs=tune, name="workbench_kda_wu", scale=static.scale,
                                    H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
-    ht, hs, delta = triton_call(
-        khat, w, u, b, h0, cu, bounds, kernel=kernels.chunk_kda_h_kernel,
-        out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32),
-                   jax.ShapeDtypeStruct((NS, H, K, V), f32 if save else q.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
-        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), tune_inputs=tune, name="workbench_kda_h", V=V,
-        F32_DOT=_f32_dot(q), **common)
+    ht, hs, delta = _state_sweep(None, None, khat, w, u, None, b, None, h0, cu, bounds, static, tune, reverse=False,
+                                 states_dtype=f32 if save else q.dtype)
     o = triton_call(qbar, Aqk, delta, hs, bounds, kernel=kernels.chunk_kda_o_kernel,
                     out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
                     grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), tune_inputs=tune, name="workbench_kda_o",
@@ -240,11 +287,8 @@ def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static):
     matrix = jax.ShapeDtypeStruct((TT, H, BT), f32)
     dv_shape = jax.ShapeDtypeStruct(v.shape, v.dtype)
     common = dict(H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
-    dh0, dhs, ddelta = triton_call(
-        q, k, w, b, Aqk, do, dht, cu, bounds, kernel=kernels.chunk_kda_dh_kernel,
-        out_shape=[jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32), dv_shape],
-        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), tune_inputs=tune, name="workbench_kda_dh",
-        scale=static.scale, BK=BK, **common)
+    dh0, dhs, ddelta = _state_sweep(q, k, None, w, None, do, b, Aqk, dht, cu, bounds, static, tune, reverse=True,
+                                    states_dtype=f32)
     if static.tuning.fused_backward:
         a_t_pointer, trans_a = WY_VARIANTS[static.wy_variant]
         dq_s, dk_s, dv, dg_s, dbeta_s, dAqk, dL = triton_call(

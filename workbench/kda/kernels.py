@@ -36,8 +36,8 @@ cores) for bfloat16 inputs (`INV_DOT`); the backward's dL = −Aᵀ dA Aᵀ alwa
 import triton
 import triton.language as tl
 
-from ..chunk_gla.kernels import (BC, RHO, SUB_CHUNK, _chunk, _configs, _exp, _intra_tiles, _prune, _row, _sweep_prologue,
-                                 _tile, chunk_cumsum_kernel)
+from ..chunk_gla.kernels import (BC, RHO, SUB_CHUNK, _chunk, _configs, _exp, _intra_tiles, _prune, _row,
+                                 _segment_prologue, _sweep_prologue, _tile, chunk_cumsum_kernel)
 from ..launch import given
 from ..tl_helpers import sequence_bounds
 
@@ -306,15 +306,22 @@ def chunk_kda_h_kernel(khat, w, u, b, h0, cu_seqlens, bounds,  # inputs
         start, end = _chunk(bounds, i_s)
         rows = start + tl.arange(0, BT)
         m_t = rows < end
-        b_w = _rows(w, rows, m_t, i_h, o_k, m_k, H, K)  # [BT, BK]
-        dtype = b_w.dtype
         b_u = _rows(u, rows, m_t, i_h, o_v, m_v, H, V).to(tl.float32)
-        b_delta = (b_u - tl.dot(b_w, b_h.to(dtype), input_precision=F32_DOT)).to(dtype)  # [BT, BV]
+        b_h, b_delta = _kda_h_step(b_h, b_u, khat, w, b, rows, m_t, end, i_h, o_k, m_k, H, K, F32_DOT)
         tl.store(delta + (rows[:, None] * H + i_h) * V + o_v[None, :], b_delta, mask=m_t[:, None] & m_v[None, :])
-        b_khat = _rows(khat, rows, m_t, i_h, o_k, m_k, H, K)  # [BT, BK]
-        b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)
-        b_h = b_h * _exp(b_bL)[:, None] + tl.dot(tl.trans(b_khat), b_delta, input_precision=F32_DOT)
     tl.store(ht + i_nh * K * V + p_state, b_h, mask=m_h)
+
+
+@triton.jit
+def _kda_h_step(b_h, b_u, khat, w, b, rows, m_t, end, i_h, o_k, m_k, H: tl.constexpr, K: tl.constexpr,
+                F32_DOT: tl.constexpr):
+    """(kda.4) One chunk of the forward sweep: (exp(b_L) ⊙ h + k̂ᵀ δ, δ) with δ = u − w h in the inputs' dtype."""
+    b_w = _rows(w, rows, m_t, i_h, o_k, m_k, H, K)  # [BT, BK]
+    dtype = b_w.dtype
+    b_delta = (b_u - tl.dot(b_w, b_h.to(dtype), input_precision=F32_DOT)).to(dtype)  # [BT, BV]
+    b_khat = _rows(khat, rows, m_t, i_h, o_k, m_k, H, K)  # [BT, BK]
+    b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)
+    return b_h * _exp(b_bL)[:, None] + tl.dot(tl.trans(b_khat), b_delta, input_precision=F32_DOT), b_delta
 
 
 @triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
@@ -367,20 +374,127 @@ def chunk_kda_dh_kernel(q, k, w, b, Aqk, do, dht, cu_seqlens, bounds,  # inputs
         rows = start + tl.arange(0, BT)
         m_t = rows < end
         b_do = _rows(do, rows, m_t, i_h, o_v, m_v, H, V)  # [BT, BV]
-        dtype = b_do.dtype
-        b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
-        b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)
-        # k̂ as the forward rounded it, against the float32 dH (the reference's product keeps dH in float32)
-        b_khat = (_tile(k, rows, m_t, i_h, o_k, m_k, H, K) * _khat_decay(b_b, b_bL, rows, end)).to(dtype)
-        b_Aqk = _matrix(Aqk, rows, m_t, i_h, H, BT).to(dtype)
-        b_ddelta = (tl.dot(tl.trans(b_Aqk), b_do, input_precision=F32_DOT)
-                    + tl.dot(b_khat.to(tl.float32), b_dh, input_precision=F32_DOT)).to(dtype)
+        b_dh, b_ddelta = _kda_dh_step(b_dh, b_do, q, k, w, b, Aqk, scale, rows, m_t, end, i_h, o_k, m_k, H, K, BT,
+                                      F32_DOT)
         tl.store(ddelta + (rows[:, None] * H + i_h) * V + o_v[None, :], b_ddelta, mask=m_t[:, None] & m_v[None, :])
-        b_qbar = (_tile(q, rows, m_t, i_h, o_k, m_k, H, K) * _exp(b_b) * scale).to(dtype)
-        b_w = _rows(w, rows, m_t, i_h, o_k, m_k, H, K)
-        b_dh = (b_dh * _exp(b_bL)[:, None] + tl.dot(tl.trans(b_qbar), b_do, input_precision=F32_DOT)
-                - tl.dot(tl.trans(b_w), b_ddelta, input_precision=F32_DOT))
     tl.store(dh0 + i_nh * K * V + p_state, b_dh, mask=m_h)
+
+
+@triton.jit
+def _kda_dh_step(b_dh, b_do, q, k, w, b, Aqk, scale, rows, m_t, end, i_h, o_k, m_k, H: tl.constexpr, K: tl.constexpr,
+                 BT: tl.constexpr, F32_DOT: tl.constexpr):
+    """(kda.9) One chunk of the backward sweep: (exp(b_L) ⊙ dH + q̄ᵀ do − wᵀ dδ, dδ), dδ = Aqkᵀ do + k̂ dH."""
+    dtype = b_do.dtype
+    b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+    b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)
+    # k̂ as the forward rounded it, against the float32 dH (the reference's product keeps dH in float32)
+    b_khat = (_tile(k, rows, m_t, i_h, o_k, m_k, H, K) * _khat_decay(b_b, b_bL, rows, end)).to(dtype)
+    b_Aqk = _matrix(Aqk, rows, m_t, i_h, H, BT).to(dtype)
+    b_ddelta = (tl.dot(tl.trans(b_Aqk), b_do, input_precision=F32_DOT)
+                + tl.dot(b_khat.to(tl.float32), b_dh, input_precision=F32_DOT)).to(dtype)
+    b_qbar = (_tile(q, rows, m_t, i_h, o_k, m_k, H, K) * _exp(b_b) * scale).to(dtype)
+    b_w = _rows(w, rows, m_t, i_h, o_k, m_k, H, K)
+    b_dh = (b_dh * _exp(b_bL)[:, None] + tl.dot(tl.trans(b_qbar), b_do, input_precision=F32_DOT)
+            - tl.dot(tl.trans(b_w), b_ddelta, input_precision=F32_DOT))
+    return b_dh, b_ddelta
+
+
+# ----------------------------------------------------------------------------- two-level state pass (kda.18)
+
+
+def _prune_values(configs, named_args, **_):
+    """`_prune("BV", ·)` by the value width of whichever of u (forward) and do (backward) is given."""
+    values = named_args["u"] if len(named_args["u"].shape) > 1 else named_args["do"]
+    return _prune("BV", "x")(configs, {"x": values})
+
+
+@triton.jit
+def _columns(i_v, BV: tl.constexpr, V: tl.constexpr, K: tl.constexpr):
+    """Columns of block i_v of the segment sweep's [K, V + K] state: (o_c, the state's columns, the identity's)."""
+    o_c = i_v * BV + tl.arange(0, BV)
+    return o_c, o_c < V, (o_c >= V) & (o_c < V + K)
+
+
+@triton.autotune(configs=_configs("BV", (16, 32, 64)), key=["H", "K", "V", "BT", "NSEG", "REVERSE"],
+                 prune_configs_by={"early_config_prune": _prune_values})
+@triton.jit
+def chunk_kda_segment_kernel(q, k, khat, w, u, do, b, Aqk, cu_seqlens, bounds,  # inputs (forward: khat, w, u, b)
+                             ends, trans,  # outputs: E_j [N·NSEG, H, K, V], P_j [N·NSEG, H, K, K]
+                             scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                             BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, NSEG: tl.constexpr,
+                             REVERSE: tl.constexpr, F32_DOT: tl.constexpr):
+    """(kda.18) One segment of a sequence swept from zero beside the K × K identity, as one [K, V + K] state:
+    the first V columns give E_j (u, or do with REVERSE, as in the one-sweep kernels), the last K columns,
+    swept with u = 0 (do = 0), give P_j (its transpose's product with REVERSE: the backward map is Mᵀ)."""
+    i_n, i_h, i_j, i_row, first_slot, c0, c1, o_k, _, m_k, _, _, _ = _segment_prologue(
+        cu_seqlens, H, K, V, BT, BK, BV, NSEG)
+    o_c, m_u, m_p = _columns(tl.program_id(0), BV, V, K)
+    b_h = tl.where(m_k[:, None] & m_p[None, :] & (o_k[:, None] == o_c[None, :] - V), 1.0, 0.0)  # [BK, BV]
+    for cc in range(0, c1 - c0):
+        i_s = first_slot + (c1 - 1 - cc if REVERSE else c0 + cc)
+        start, end = _chunk(bounds, i_s)
+        rows = start + tl.arange(0, BT)
+        m_t = rows < end
+        if REVERSE:
+            b_do = _rows(do, rows, m_t, i_h, o_c, m_u, H, V)
+            b_h, _ = _kda_dh_step(b_h, b_do, q, k, w, b, Aqk, scale, rows, m_t, end, i_h, o_k, m_k, H, K, BT, F32_DOT)
+        else:
+            b_u = _rows(u, rows, m_t, i_h, o_c, m_u, H, V).to(tl.float32)
+            b_h, _ = _kda_h_step(b_h, b_u, khat, w, b, rows, m_t, end, i_h, o_k, m_k, H, K, F32_DOT)
+    tl.store(ends + i_row * K * V + o_k[:, None] * V + o_c[None, :], b_h, mask=m_k[:, None] & m_u[None, :])
+    tl.store(trans + i_row * K * K + o_k[:, None] * K + (o_c - V)[None, :], b_h, mask=m_k[:, None] & m_p[None, :])
+
+
+@triton.jit
+def chunk_kda_state_pass_kernel(ends, trans, init,  # inputs: [N·NSEG, H, K, V], [N·NSEG, H, K, K], [N, H, K, V]
+                                starts, final,  # outputs: [N·NSEG, H, K, V], [N, H, K, V]
+                                H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+                                BV: tl.constexpr, NSEG: tl.constexpr, REVERSE: tl.constexpr):
+    """(kda.18) Across the segments of one sequence (the last first with REVERSE) from `init`: each segment's
+    true entering state S_j, then S ← P_j S + E_j (full float32 products); `final` after the last."""
+    i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    i_n, i_h = i_nh // H, i_nh % H
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    m_h = m_k[:, None] & m_v[None, :]
+    p_state = o_k[:, None] * V + o_v[None, :]
+    b_s = tl.load(init + i_nh * K * V + p_state, mask=m_h, other=0.0)
+    for jj in range(0, NSEG):
+        i_row = (i_n * NSEG + (NSEG - 1 - jj if REVERSE else jj)) * H + i_h
+        tl.store(starts + i_row * K * V + p_state, b_s, mask=m_h)
+        b_p = tl.load(trans + i_row * K * K + o_k[:, None] * K + o_k[None, :], mask=m_k[:, None] & m_k[None, :],
+                      other=0.0)
+        b_s = tl.dot(b_p, b_s, input_precision="ieee") + tl.load(ends + i_row * K * V + p_state, mask=m_h, other=0.0)
+    tl.store(final + i_nh * K * V + p_state, b_s, mask=m_h)
+
+
+@triton.autotune(configs=_configs("BV", (16, 32, 64)), key=["H", "K", "V", "BT", "NSEG", "REVERSE"],
+                 prune_configs_by={"early_config_prune": _prune_values})
+@triton.jit
+def chunk_kda_resweep_kernel(q, k, khat, w, u, do, b, Aqk, starts, cu_seqlens, bounds,  # inputs
+                             states, delta,  # outputs: hs (dH with REVERSE) [NS, H, K, V]; δ (dδ) [TT, H, V]
+                             scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                             BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, NSEG: tl.constexpr,
+                             REVERSE: tl.constexpr, F32_DOT: tl.constexpr):
+    """(kda.18) Every segment swept again from its true entering state, in parallel: the per-chunk states and
+    δ (forward, as `chunk_kda_h_kernel` stores them) or dH and dδ (REVERSE, as `chunk_kda_dh_kernel`)."""
+    i_n, i_h, i_j, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state = _segment_prologue(
+        cu_seqlens, H, K, V, BT, BK, BV, NSEG)
+    b_h = tl.load(starts + i_row * K * V + p_state, mask=m_h, other=0.0)
+    for cc in range(0, c1 - c0):
+        i_s = first_slot + (c1 - 1 - cc if REVERSE else c0 + cc)
+        tl.store(states + (i_s * H + i_h) * K * V + p_state, b_h.to(states.dtype.element_ty), mask=m_h)
+        start, end = _chunk(bounds, i_s)
+        rows = start + tl.arange(0, BT)
+        m_t = rows < end
+        if REVERSE:
+            b_do = _rows(do, rows, m_t, i_h, o_v, m_v, H, V)
+            b_h, b_d = _kda_dh_step(b_h, b_do, q, k, w, b, Aqk, scale, rows, m_t, end, i_h, o_k, m_k, H, K, BT, F32_DOT)
+        else:
+            b_u = _rows(u, rows, m_t, i_h, o_v, m_v, H, V).to(tl.float32)
+            b_h, b_d = _kda_h_step(b_h, b_u, khat, w, b, rows, m_t, end, i_h, o_k, m_k, H, K, F32_DOT)
+        tl.store(delta + (rows[:, None] * H + i_h) * V + o_v[None, :], b_d, mask=m_t[:, None] & m_v[None, :])
 
 
 # ----------------------------------------------------------------------------- backward: WY + dq/dk/dg
