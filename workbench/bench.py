@@ -476,9 +476,12 @@ def _chunk_kda_bench() -> OpBench:
                                     "at 64k) on top of every other contender's buffers")},
         error_sources=("fla.ops.kda.chunk_kda",),
         variants={"unfused backward": {"tuning": Tuning(fused_backward=False)},
-                  "sub-chunk products": {"tuning": Tuning(whole_chunk=False)}},
+                  "sub-chunk products": {"tuning": Tuning(whole_chunk=False)},
+                  "8 segments": {"tuning": Tuning(segments=8)}},
         notes={"gate_strength": 0.5, "keys": "L2-normalised", "chunk_size": 64,
                "targets_ms": {"target": {"forward": 1.75, "forward_backward": 10.0}},
+               "segments": "triton vs triton[8 segments]: one state sweep per sequence against the two-level "
+                           "pass of NOTES kda.18 (default off until timed)",
                "fused_vs_unfused": "forward_backward of triton vs triton[unfused backward]: same forward, the "
                                    "difference is the fused WY + dq/dk/dg kernel against its two halves",
                "whole_chunk": "triton vs triton[sub-chunk products]: L, Aqk and their backward from whole-chunk "
