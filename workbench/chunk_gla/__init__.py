@@ -179,7 +179,7 @@ def _state_sweep(x, y, b, init, cu, bounds, static: _Static, tune, *, reverse: b
     starts, final = triton_call(
         ends, decay, init, kernel=kernels.chunk_state_pass_kernel, out_shape=[state(N * n_seg), state(N)],
         grid=(triton.cdiv(V, BV), N * H), name="workbench_chunk_gla_state_pass", H=H, K=K, V=V, BK=BK, BV=BV,
-        NSEG=n_seg, REVERSE=reverse)
+        NSEG=n_seg, REVERSE=reverse, MATRIX=False)
     BK = min(BK, 64)
     states = triton_call(
         b, cu, starts, states, kernel=kernels.chunk_state_fixup_kernel, out_shape=state(NS),

@@ -547,13 +547,14 @@ def chunk_segment_sweep_kernel(x, y, b, cu_seqlens,  # inputs: (k, v) forward, (
 
 
 @triton.jit
-def chunk_state_pass_kernel(ends, decay, init,  # inputs: [N·NSEG, H, K, V], [N·NSEG, H, K], [N, H, K, V]
+def chunk_state_pass_kernel(ends, transfer, init,  # inputs: [N·NSEG, H, K, V], Λ or P (below), [N, H, K, V]
                             starts, final,  # outputs: [N·NSEG, H, K, V], [N, H, K, V]
                             H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
-                            BV: tl.constexpr, NSEG: tl.constexpr, REVERSE: tl.constexpr):
-    """(gla.13) Across the segments of one sequence (the last first with REVERSE), from `init` (h0, or dH at
-    the sequence's end): each segment's true entering state S_j, then S ← exp(Λ_j) ⊙ S + E_j; `final` is
-    the state after the last segment (the final state, or dS_0)."""
+                            BV: tl.constexpr, NSEG: tl.constexpr, REVERSE: tl.constexpr, MATRIX: tl.constexpr):
+    """(gla.13, kda.18) Across the segments of one sequence (the last first with REVERSE), from `init` (h0, or
+    dH at the sequence's end): each segment's true entering state S_j, then S ← exp(Λ_j) ⊙ S + E_j with Λ
+    [N·NSEG, H, K] (chunk_gla), or with MATRIX S ← P_j S + E_j with P [N·NSEG, H, K, K] in full float32
+    products (chunk_kda); `final` is the state after the last segment (the final state, or dS_0)."""
     i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     i_n, i_h = i_nh // H, i_nh % H
     o_k = tl.arange(0, BK)
@@ -563,11 +564,15 @@ def chunk_state_pass_kernel(ends, decay, init,  # inputs: [N·NSEG, H, K, V], [N
     p_state = o_k[:, None] * V + o_v[None, :]
     b_s = tl.load(init + i_nh * K * V + p_state, mask=m_h, other=0.0)
     for jj in range(0, NSEG):
-        j = NSEG - 1 - jj if REVERSE else jj
-        i_row = (i_n * NSEG + j) * H + i_h
+        i_row = (i_n * NSEG + (NSEG - 1 - jj if REVERSE else jj)) * H + i_h
         tl.store(starts + i_row * K * V + p_state, b_s, mask=m_h)
-        b_lam = tl.load(decay + i_row * K + o_k, mask=m_k, other=0.0)
-        b_s = b_s * _exp(b_lam)[:, None] + tl.load(ends + i_row * K * V + p_state, mask=m_h, other=0.0)
+        b_e = tl.load(ends + i_row * K * V + p_state, mask=m_h, other=0.0)
+        if MATRIX:
+            b_p = tl.load(transfer + i_row * K * K + o_k[:, None] * K + o_k[None, :],
+                          mask=m_k[:, None] & m_k[None, :], other=0.0)
+            b_s = tl.dot(b_p, b_s, input_precision="ieee") + b_e
+        else:
+            b_s = b_s * _exp(tl.load(transfer + i_row * K + o_k, mask=m_k, other=0.0))[:, None] + b_e
     tl.store(final + i_nh * K * V + p_state, b_s, mask=m_h)
 
 

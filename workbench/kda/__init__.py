@@ -227,9 +227,9 @@ def _state_sweep(q, k, khat, w, u, do, b, Aqk, init, cu, bounds, static: _Static
         grid=lambda meta: (triton.cdiv(V + K, meta["BV"]), N * H * n_seg), tune_inputs=tune,
         name="workbench_kda_segment_sweep", **segment)
     starts, final = triton_call(
-        ends, trans, init, kernel=kernels.chunk_kda_state_pass_kernel, out_shape=[state(N * n_seg), state(N)],
+        ends, trans, init, kernel=kernels.chunk_state_pass_kernel, out_shape=[state(N * n_seg), state(N)],
         grid=(triton.cdiv(V, 32), N * H), name="workbench_kda_state_pass", H=H, K=K, V=V, BK=BK, BV=32, NSEG=n_seg,
-        REVERSE=reverse)
+        REVERSE=reverse, MATRIX=True)
     states, delta = triton_call(
         q, k, khat, w, u, do, b, Aqk, starts, cu, bounds, kernel=kernels.chunk_kda_resweep_kernel,
         out_shape=[state(NS, states_dtype), rows_v],

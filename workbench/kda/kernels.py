@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from ..chunk_gla.kernels import (BC, RHO, SUB_CHUNK, _chunk, _configs, _exp, _intra_tiles, _prune, _row,
-                                 _segment_prologue, _sweep_prologue, _tile, chunk_cumsum_kernel)
+                                 _segment_prologue, _sweep_prologue, _tile, chunk_cumsum_kernel, chunk_state_pass_kernel)
 from ..launch import given
 from ..tl_helpers import sequence_bounds
 
@@ -402,6 +402,17 @@ def _kda_dh_step(b_dh, b_do, q, k, w, b, Aqk, scale, rows, m_t, end, i_h, o_k, m
 # ----------------------------------------------------------------------------- two-level state pass (kda.18)
 
 
+@triton.jit
+def _kda_step(b_h, q, k, khat, w, u, do, b, Aqk, scale, rows, m_t, end, i_h, o_k, m_k, o_c, m_c, H: tl.constexpr,
+              K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr, F32_DOT: tl.constexpr):
+    """One chunk of the forward sweep (u's columns o_c) or, with REVERSE, of the backward one (do's columns)."""
+    if REVERSE:
+        b_do = _rows(do, rows, m_t, i_h, o_c, m_c, H, V)
+        return _kda_dh_step(b_h, b_do, q, k, w, b, Aqk, scale, rows, m_t, end, i_h, o_k, m_k, H, K, BT, F32_DOT)
+    b_u = _rows(u, rows, m_t, i_h, o_c, m_c, H, V).to(tl.float32)
+    return _kda_h_step(b_h, b_u, khat, w, b, rows, m_t, end, i_h, o_k, m_k, H, K, F32_DOT)
+
+
 def _prune_values(configs, named_args, **_):
     """`_prune("BV", ·)` by the value width of whichever of u (forward) and do (backward) is given."""
     values = named_args["u"] if len(named_args["u"].shape) > 1 else named_args["do"]
@@ -435,38 +446,10 @@ def chunk_kda_segment_kernel(q, k, khat, w, u, do, b, Aqk, cu_seqlens, bounds,  
         start, end = _chunk(bounds, i_s)
         rows = start + tl.arange(0, BT)
         m_t = rows < end
-        if REVERSE:
-            b_do = _rows(do, rows, m_t, i_h, o_c, m_u, H, V)
-            b_h, _ = _kda_dh_step(b_h, b_do, q, k, w, b, Aqk, scale, rows, m_t, end, i_h, o_k, m_k, H, K, BT, F32_DOT)
-        else:
-            b_u = _rows(u, rows, m_t, i_h, o_c, m_u, H, V).to(tl.float32)
-            b_h, _ = _kda_h_step(b_h, b_u, khat, w, b, rows, m_t, end, i_h, o_k, m_k, H, K, F32_DOT)
+        b_h, _ = _kda_step(b_h, q, k, khat, w, u, do, b, Aqk, scale, rows, m_t, end, i_h, o_k, m_k, o_c, m_u, H, K, V,
+                           BT, REVERSE, F32_DOT)
     tl.store(ends + i_row * K * V + o_k[:, None] * V + o_c[None, :], b_h, mask=m_k[:, None] & m_u[None, :])
     tl.store(trans + i_row * K * K + o_k[:, None] * K + (o_c - V)[None, :], b_h, mask=m_k[:, None] & m_p[None, :])
-
-
-@triton.jit
-def chunk_kda_state_pass_kernel(ends, trans, init,  # inputs: [N·NSEG, H, K, V], [N·NSEG, H, K, K], [N, H, K, V]
-                                starts, final,  # outputs: [N·NSEG, H, K, V], [N, H, K, V]
-                                H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
-                                BV: tl.constexpr, NSEG: tl.constexpr, REVERSE: tl.constexpr):
-    """(kda.18) Across the segments of one sequence (the last first with REVERSE) from `init`: each segment's
-    true entering state S_j, then S ← P_j S + E_j (full float32 products); `final` after the last."""
-    i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    i_n, i_h = i_nh // H, i_nh % H
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_k, m_v = o_k < K, o_v < V
-    m_h = m_k[:, None] & m_v[None, :]
-    p_state = o_k[:, None] * V + o_v[None, :]
-    b_s = tl.load(init + i_nh * K * V + p_state, mask=m_h, other=0.0)
-    for jj in range(0, NSEG):
-        i_row = (i_n * NSEG + (NSEG - 1 - jj if REVERSE else jj)) * H + i_h
-        tl.store(starts + i_row * K * V + p_state, b_s, mask=m_h)
-        b_p = tl.load(trans + i_row * K * K + o_k[:, None] * K + o_k[None, :], mask=m_k[:, None] & m_k[None, :],
-                      other=0.0)
-        b_s = tl.dot(b_p, b_s, input_precision="ieee") + tl.load(ends + i_row * K * V + p_state, mask=m_h, other=0.0)
-    tl.store(final + i_nh * K * V + p_state, b_s, mask=m_h)
 
 
 @triton.autotune(configs=_configs("BV", (16, 32, 64)), key=["H", "K", "V", "BT", "NSEG", "REVERSE"],
@@ -488,12 +471,8 @@ def chunk_kda_resweep_kernel(q, k, khat, w, u, do, b, Aqk, starts, cu_seqlens, b
         start, end = _chunk(bounds, i_s)
         rows = start + tl.arange(0, BT)
         m_t = rows < end
-        if REVERSE:
-            b_do = _rows(do, rows, m_t, i_h, o_v, m_v, H, V)
-            b_h, b_d = _kda_dh_step(b_h, b_do, q, k, w, b, Aqk, scale, rows, m_t, end, i_h, o_k, m_k, H, K, BT, F32_DOT)
-        else:
-            b_u = _rows(u, rows, m_t, i_h, o_v, m_v, H, V).to(tl.float32)
-            b_h, b_d = _kda_h_step(b_h, b_u, khat, w, b, rows, m_t, end, i_h, o_k, m_k, H, K, F32_DOT)
+        b_h, b_d = _kda_step(b_h, q, k, khat, w, u, do, b, Aqk, scale, rows, m_t, end, i_h, o_k, m_k, o_v, m_v, H, K,
+                             V, BT, REVERSE, F32_DOT)
         tl.store(delta + (rows[:, None] * H + i_h) * V + o_v[None, :], b_d, mask=m_t[:, None] & m_v[None, :])
 
 
