@@ -153,8 +153,8 @@ def _state_sweep(x, y, b, init, cu, bounds, static: _Static, tune, *, reverse: b
     """(final, states [NS, H, K, V]) of the forward state sweep (gla.4: x, y = k, v; init = h0; states at
     chunk starts) or, with `reverse`, of the backward one (gla.7: x, y = q, do; init = dH at the end;
     states = dH at chunk ends): one sweep per sequence, or the two-level pass of (gla.13)."""
-    TT, H, K = x.shape
-    V = y.shape[-1]
+    TT, H, _ = x.shape
+    K, V, BK = _dims(x, y)
     N = cu.shape[0] - 1
     NS = bounds.shape[0]
     f32 = jnp.float32
@@ -175,7 +175,7 @@ def _state_sweep(x, y, b, init, cu, bounds, static: _Static, tune, *, reverse: b
         out_shape=[state(NS), state(N * n_seg), jax.ShapeDtypeStruct((N * n_seg, H, K), f32)],
         grid=sweep_grid, tune_inputs=tune, name="workbench_chunk_gla_segment_sweep",
         scale=static.scale if reverse else 1.0, NSEG=n_seg, REVERSE=reverse, **common)
-    BK, BV = max(16, triton.next_power_of_2(K)), 32
+    BV = 32
     starts, final = triton_call(
         ends, decay, init, kernel=kernels.chunk_state_pass_kernel, out_shape=[state(N * n_seg), state(N)],
         grid=(triton.cdiv(V, BV), N * H), name="workbench_chunk_gla_state_pass", H=H, K=K, V=V, BK=BK, BV=BV,

@@ -495,9 +495,8 @@ def _segment(cu_seqlens, i_n, i_j, NSEG: tl.constexpr, BT: tl.constexpr):
 @triton.jit
 def _segment_prologue(cu_seqlens, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                       BK: tl.constexpr, BV: tl.constexpr, NSEG: tl.constexpr):
-    """Program (V block, (sequence·head)·NSEG + segment, K block) of a segment pass: (i_n, i_h, i_j, the
-    row of this segment in the [N·NSEG, H, ·] buffers, first slot, c0, c1, o_k, o_v, m_k, m_v, m_h,
-    p_state)."""
+    """Program (V block, (sequence·head)·NSEG + segment, K block) of a segment pass: (i_n, i_h, the row of
+    this segment in the [N·NSEG, H, ·] buffers, first slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state)."""
     i_v, i_nhj, i_k = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     i_nh, i_j = i_nhj // NSEG, i_nhj % NSEG
     i_n, i_h = i_nh // H, i_nh % H
@@ -506,7 +505,7 @@ def _segment_prologue(cu_seqlens, H: tl.constexpr, K: tl.constexpr, V: tl.conste
     o_v = i_v * BV + tl.arange(0, BV)
     m_k, m_v = o_k < K, o_v < V
     m_h = m_k[:, None] & m_v[None, :]
-    return (i_n, i_h, i_j, (i_n * NSEG + i_j) * H + i_h, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h,
+    return (i_n, i_h, (i_n * NSEG + i_j) * H + i_h, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h,
             o_k[:, None] * V + o_v[None, :])
 
 
@@ -521,7 +520,7 @@ def chunk_segment_sweep_kernel(x, y, b, cu_seqlens,  # inputs: (k, v) forward, (
     """(gla.13) The sweep of (gla.4) — or with REVERSE of (gla.7), last chunk first — over one segment of a
     sequence, from a zero state: the segment's local states at every chunk (hs at chunk starts, dH at
     chunk ends), its end state, and its total log-decay Λ = Σ b_L over its chunks (per key)."""
-    (i_n, i_h, i_j, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state) = _segment_prologue(
+    (i_n, i_h, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state) = _segment_prologue(
         cu_seqlens, H, K, V, BT, BK, BV, NSEG)
     b_h = tl.zeros([BK, BV], tl.float32)
     b_d = tl.zeros([BK], tl.float32)
@@ -583,7 +582,7 @@ def chunk_state_fixup_kernel(b, cu_seqlens, starts, states_in,  # inputs (states
                              BK: tl.constexpr, BV: tl.constexpr, NSEG: tl.constexpr, REVERSE: tl.constexpr):
     """(gla.13) Every state of a segment plus the part its entering state S_j contributes: at chunk c,
     exp(Σ b_L over the segment's chunks before c — after c with REVERSE) ⊙ S_j."""
-    (i_n, i_h, i_j, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state) = _segment_prologue(
+    (i_n, i_h, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state) = _segment_prologue(
         cu_seqlens, H, K, V, BT, BK, BV, NSEG)
     b_s = tl.load(starts + i_row * K * V + p_state, mask=m_h, other=0.0)
     b_d = tl.zeros([BK], tl.float32)

@@ -200,16 +200,15 @@ def _state_sweep(q, k, khat, w, u, do, b, Aqk, init, cu, bounds, static: _Static
     """(final, states [NS, H, K, V], δ [TT, H, V]) of the forward sweep (kda.4: from h0, hs at chunk starts, δ)
     or, with `reverse`, of the backward one (kda.9: from dH at the end, dH at chunk ends, dδ): one sweep per
     sequence, or the two-level pass of (kda.18) with `static.tuning.segments` segments."""
-    TT, H, K = w.shape
-    V = (do if reverse else u).shape[-1]
+    values = do if reverse else u
+    TT, H, _ = w.shape
+    K, V, BK = _dims(w, values)
     N = cu.shape[0] - 1
     NS = bounds.shape[0]
-    dtype = (do if reverse else u).dtype
     f32 = jnp.float32
     state = lambda n, dt=f32, cols=V: jax.ShapeDtypeStruct((n, H, K, cols), dt)  # noqa: E731
-    rows_v = jax.ShapeDtypeStruct((TT, H, V), dtype)
+    rows_v = jax.ShapeDtypeStruct((TT, H, V), values.dtype)
     n_seg = static.tuning.segments
-    BK = max(16, triton.next_power_of_2(K))
     common = dict(H=H, K=K, V=V, BT=static.chunk_size, BK=BK, F32_DOT=_f32_dot(w))
     if n_seg == 1:
         grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H)  # noqa: E731
@@ -275,7 +274,7 @@ def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static):
     """Gradients of (q, k, v, g, beta, h0): dg, dβ float32."""
     b, A, Aqk, w, hs, delta = residuals
     TT, H, _ = q.shape
-    K, V, BK = _dims(q, v)
+    K, V, _ = _dims(q, v)
     BT = static.chunk_size
     N = cu.shape[0] - 1
     bounds = chunk_bounds(cu, TT, BT)  # [NS, 2] int32

@@ -437,7 +437,7 @@ def chunk_kda_segment_kernel(q, k, khat, w, u, do, b, Aqk, cu_seqlens, bounds,  
     """(kda.18) One segment of a sequence swept from zero beside the K × K identity, as one [K, V + K] state:
     the first V columns give E_j (u, or do with REVERSE, as in the one-sweep kernels), the last K columns,
     swept with u = 0 (do = 0), give P_j (its transpose's product with REVERSE: the backward map is Mᵀ)."""
-    i_n, i_h, i_j, i_row, first_slot, c0, c1, o_k, _, m_k, _, _, _ = _segment_prologue(
+    i_n, i_h, i_row, first_slot, c0, c1, o_k, _, m_k, _, _, _ = _segment_prologue(
         cu_seqlens, H, K, V, BT, BK, BV, NSEG)
     o_c, m_u, m_p = _columns(tl.program_id(0), BV, V, K)
     b_h = tl.where(m_k[:, None] & m_p[None, :] & (o_k[:, None] == o_c[None, :] - V), 1.0, 0.0)  # [BK, BV]
@@ -462,7 +462,7 @@ def chunk_kda_resweep_kernel(q, k, khat, w, u, do, b, Aqk, starts, cu_seqlens, b
                              REVERSE: tl.constexpr, F32_DOT: tl.constexpr):
     """(kda.18) Every segment swept again from its true entering state, in parallel: the per-chunk states and
     δ (forward, as `chunk_kda_h_kernel` stores them) or dH and dδ (REVERSE, as `chunk_kda_dh_kernel`)."""
-    i_n, i_h, i_j, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state = _segment_prologue(
+    i_n, i_h, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state = _segment_prologue(
         cu_seqlens, H, K, V, BT, BK, BV, NSEG)
     b_h = tl.load(starts + i_row * K * V + p_state, mask=m_h, other=0.0)
     for cc in range(0, c1 - c0):
