@@ -409,8 +409,9 @@ def _kda_step(b_h, q, k, khat, w, u, do, b, Aqk, scale, rows, m_t, end, i_h, o_k
     if REVERSE:
         b_do = _rows(do, rows, m_t, i_h, o_c, m_c, H, V)
         return _kda_dh_step(b_h, b_do, q, k, w, b, Aqk, scale, rows, m_t, end, i_h, o_k, m_k, H, K, BT, F32_DOT)
-    b_u = _rows(u, rows, m_t, i_h, o_c, m_c, H, V).to(tl.float32)
-    return _kda_h_step(b_h, b_u, khat, w, b, rows, m_t, end, i_h, o_k, m_k, H, K, F32_DOT)
+    else:  # an explicit else: the compiler would build the code after a static if's return too (with dummies)
+        b_u = _rows(u, rows, m_t, i_h, o_c, m_c, H, V).to(tl.float32)
+        return _kda_h_step(b_h, b_u, khat, w, b, rows, m_t, end, i_h, o_k, m_k, H, K, F32_DOT)
 
 
 def _prune_values(configs, named_args, **_):
@@ -446,8 +447,8 @@ def chunk_kda_segment_kernel(q, k, khat, w, u, do, b, Aqk, cu_seqlens, bounds,  
         start, end = _chunk(bounds, i_s)
         rows = start + tl.arange(0, BT)
         m_t = rows < end
-        b_h, _ = _kda_step(b_h, q, k, khat, w, u, do, b, Aqk, scale, rows, m_t, end, i_h, o_k, m_k, o_c, m_u, H, K, V,
-                           BT, REVERSE, F32_DOT)
+        b_h, b_step = _kda_step(b_h, q, k, khat, w, u, do, b, Aqk, scale, rows, m_t, end, i_h, o_k, m_k, o_c, m_u, H, K,
+                                V, BT, REVERSE, F32_DOT)  # b_step (δ) unused: not `_`, which the prologue typed
     tl.store(ends + i_row * K * V + o_k[:, None] * V + o_c[None, :], b_h, mask=m_k[:, None] & m_u[None, :])
     tl.store(trans + i_row * K * K + o_k[:, None] * K + (o_c - V)[None, :], b_h, mask=m_k[:, None] & m_p[None, :])
 
