@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _backend  # first: sets TRITON_INTERPRET before triton is imported
+from . import compile_check
 
 import jax
 import jax.numpy as jnp
@@ -356,6 +357,7 @@ def triton_call(
     out_shapes = [out_shape] if single else list(out_shape)
     out_shapes = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in out_shapes]
     if INTERPRET:
+        compile_check.note_launch(kernel, args, out_shapes, metaparams, num_warps, num_stages)
         outs = _interpreted_call(
             args, kernel, out_shapes, grid, zeroed_outputs, input_output_aliases or {}, metaparams
         )

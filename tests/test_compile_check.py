@@ -1,0 +1,143 @@
+"""Every kernel launch of every op, as `workbench verify`'s cases make them (both dtypes, forward and
+backward, every config the GPU autotuner could pick) plus the static choices of `Tuning`, compiled by
+Triton for a Hopper GPU on this CPU (`workbench.compile_check`). The interpreter runs kernels the
+compiler rejects; this is where such a kernel fails without a GPU."""
+
+import workbench  # noqa: F401  (first: decides compiled vs interpreted Triton)
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import triton
+import triton.language as tl
+
+from workbench import compile_check, launch, testing, verify
+from workbench.chunk_gla import Tuning as GlaTuning
+from workbench.kda import Tuning as KdaTuning
+from workbench.kda.inputs import kda_inputs
+
+pytestmark = pytest.mark.skipif(not launch.INTERPRET, reason="on a GPU the kernels compile as they run")
+
+DTYPES = (jnp.float32, jnp.bfloat16)
+STAGE = os.environ.get("WORKBENCH_COMPILE_STAGE", "ttir")  # the front end: where the interpreter and compiler part
+
+
+def _trace(op, inputs, wrt, **static):
+    """Trace forward and backward (abstractly: no kernel runs) with the launches recorded."""
+    wrt = [n for n in wrt if inputs.get(n) is not None]
+    fixed = {n: x for n, x in inputs.items() if n not in wrt}
+
+    def f(primals):
+        out, pullback = jax.vjp(lambda *xs: op(**fixed, **dict(zip(wrt, xs)), **static), *primals)
+        return pullback(jax.tree.map(jnp.ones_like, out))
+
+    jax.eval_shape(f, [inputs[n] for n in wrt])
+
+
+def _cu(seqlens):
+    return jnp.asarray(np.cumsum([0, *seqlens]), jnp.int32)
+
+
+def _recurrent_like(case, dtype):
+    p = case.params
+    seqlens = p["seqlens"]
+    B, T = (1, sum(seqlens)) if seqlens else (p["B"], p["T"])
+    inputs = testing.recurrent_inputs(case.seed, B, T, p["H"], p["K"], p["V"], dtype=dtype, gates=p["gates"],
+                                      strength=p["strength"], n_seqs=len(seqlens) if seqlens else None)
+    if seqlens:
+        inputs["cu_seqlens"] = _cu(seqlens)
+    return inputs
+
+
+def _kda(case, dtype):
+    p = case.params
+    seqlens = p["seqlens"]
+    B, T = (1, sum(seqlens)) if seqlens else (p["B"], p["T"])
+    inputs = kda_inputs(case.seed, B, T, p["H"], p["K"], p["V"], dtype=dtype, strength=p["strength"],
+                        key_scale=p["key_scale"], n_seqs=len(seqlens) if seqlens else None)
+    if seqlens:
+        inputs["cu_seqlens"] = _cu(seqlens)
+    return inputs
+
+
+def _flash(case, dtype):
+    p = case.params
+    B, Tq, Tk = p["B"], p["Tq"], p["Tk"]
+    if p["seqlens"]:
+        B, (Tq, Tk) = 1, np.sum(p["seqlens"], axis=0).tolist()
+    inputs = testing.attention_inputs(case.seed, B, Tq, Tk, p["H"], p["Hkv"], p["D"], dtype=dtype, sinks=p["sinks"],
+                                      bias=p["bias"], segments=p["segments"])
+    if p["seqlens"]:
+        cu = np.cumsum([(0, 0), *p["seqlens"]], axis=0).astype(np.int32)
+        inputs["cu_seqlens_q"], inputs["cu_seqlens_k"] = jnp.asarray(cu[:, 0]), jnp.asarray(cu[:, 1])
+    if p["options"].get("dropout_rate"):
+        inputs["dropout_key"] = jax.random.key(case.seed)
+    return inputs, dict(p["options"], return_lse=True)
+
+
+def _record_every_launch():
+    gla_wrt = ("q", "k", "v", "g", "gk", "gv", "initial_state")
+    kda_wrt = ("q", "k", "v", "g", "beta", "initial_state")
+    with compile_check.record() as specs:
+        for dtype in DTYPES:
+            for case in verify.RECURRENT_CASES:
+                _trace(workbench.recurrent, _recurrent_like(case, dtype), gla_wrt, reverse=case.params["reverse"])
+            for case in verify.CHUNK_GLA_CASES:
+                for tuning in (GlaTuning(segments=1), GlaTuning(segments=3)):
+                    _trace(workbench.chunk_gla, _recurrent_like(case, dtype), gla_wrt,
+                           chunk_size=case.params["chunk_size"], tuning=tuning)
+            for case in verify.KDA_CASES:
+                inputs = _kda(case, dtype)
+                _trace(workbench.recurrent_kda, inputs, kda_wrt)
+                for tuning in (KdaTuning(segments=1), KdaTuning(segments=3), KdaTuning(fused_backward=False),
+                               KdaTuning(whole_chunk=False)):
+                    _trace(workbench.chunk_kda, inputs, kda_wrt, chunk_size=case.params["chunk_size"],
+                           tuning=tuning)
+            for case in verify.FLASH_CASES:
+                inputs, options = _flash(case, dtype)
+                _trace(workbench.flash_attention, inputs, ("q", "k", "v", "sinks", "bias"), **options)
+    return specs
+
+
+def test_every_kernel_compiles_for_hopper():
+    specs = _record_every_launch()
+    kernels = {(s["module"], s["kernel"]) for s in specs}
+    # every op's kernels were seen (a refactor that stops recording would otherwise pass vacuously)
+    for module in ("recurrent", "chunk_gla", "kda", "flash_attention"):
+        assert any(m == f"workbench.{module}.kernels" for m, _ in kernels), module
+    result = compile_check.compile_all(specs, last=STAGE, workers=1)  # pytest-xdist keeps the other core busy
+    print(f"{result['compiled']} distinct launches of {len(kernels)} kernels compiled to {STAGE} for sm_90 in "
+          f"{result['seconds']} s")
+    assert not result["failed"], "\n\n".join(compile_check.describe(f) for f in result["failed"])
+
+
+@triton.jit
+def retyped_in_loop(x, y, N: tl.constexpr):
+    """Runs in the interpreter; the compiler rejects `acc` turning from int32 to float32 in the loop."""
+    o = tl.arange(0, N)
+    acc = tl.zeros([N], tl.int32)
+    for i in range(0, 3):
+        acc = tl.load(x + o) * 2.0 + i
+    tl.store(y + o, acc)
+
+
+def test_the_check_catches_what_the_interpreter_runs():
+    """A kernel the interpreter runs but the compiler rejects — a loop-carried variable whose type changes
+    in the loop (the fault chunk_kda's segment sweep reached a GPU with) — fails the check, naming it."""
+    x = jnp.arange(16, dtype=jnp.float32)
+    # the interpreter runs it ...
+    out = launch.triton_call(x, kernel=retyped_in_loop, out_shape=jax.ShapeDtypeStruct((16,), jnp.float32),
+                             grid=(1,), N=16)
+    np.testing.assert_allclose(np.asarray(out), np.arange(16) * 2.0 + 2)
+    # ... the compiler does not
+    with compile_check.record() as specs:
+        jax.eval_shape(lambda v: launch.triton_call(v, kernel=retyped_in_loop,
+                                                    out_shape=jax.ShapeDtypeStruct((16,), jnp.float32),
+                                                    grid=(1,), N=16), x)
+    assert specs and specs[0]["signature"] == {"x": "*fp32", "y": "*fp32", "N": "constexpr"}
+    result = compile_check.compile_all(specs, last="ttir")
+    assert len(result["failed"]) == 1
+    assert "Loop-carried variable acc" in result["failed"][0]["error"]
