@@ -169,15 +169,20 @@ def test_chunk_gla_tiny_run_compares_with_the_reference(tmp_path, no_fla):
 
 def test_no_variants_times_the_triton_path_alone(tmp_path, monkeypatch, no_fla, no_ejkernel):
     """An op's variants are timed beside the Triton path as `triton[name]` rows and listed in the record;
-    `--no-variants` leaves them out (and the record says so). The variant here is the Triton path again."""
-    monkeypatch.setitem(bench.OPS, "recurrent", dataclasses.replace(bench.OPS["recurrent"], variants={"again": {}}))
-    for extra, variants in (((), ["again"]), (("--no-variants",), [])):
+    `--no-variants` leaves them out, `--variants` keeps only those named (and the record says so). The variants
+    here are the Triton path again."""
+    monkeypatch.setitem(bench.OPS, "recurrent", dataclasses.replace(bench.OPS["recurrent"],
+                                                                    variants={"again": {}, "once more": {}}))
+    for extra, variants in (((), ["again", "once more"]), (("--no-variants",), []),
+                            (("--variants", "once more"), ["once more"])):
         out = tmp_path / str(len(extra))
         assert _bench(out, "--implementations", "triton", *extra) == 0
         (path,) = _records(out)
         record = json.loads(path.read_text())
         assert record["variants"] == variants
         assert {r["implementation"] for r in record["results"]} == {"triton", *(f"triton[{v}]" for v in variants)}
+    with pytest.raises(ValueError, match="--variants: recurrent has no variant 'twice'"):
+        bench.run("recurrent", "tiny", iters=1, implementations=("triton",), variants=["twice"])
 
 
 # ----------------------------------------------------------------------------- sequence-length limits

@@ -477,11 +477,11 @@ def _chunk_kda_bench() -> OpBench:
         error_sources=("fla.ops.kda.chunk_kda",),
         variants={"unfused backward": {"tuning": Tuning(fused_backward=False)},
                   "sub-chunk products": {"tuning": Tuning(whole_chunk=False)},
-                  "8 segments": {"tuning": Tuning(segments=8)}},
+                  "one sweep": {"tuning": Tuning(segments=1)}},
         notes={"gate_strength": 0.5, "keys": "L2-normalised", "chunk_size": 64,
                "targets_ms": {"target": {"forward": 1.75, "forward_backward": 10.0}},
-               "segments": "triton vs triton[8 segments]: one state sweep per sequence against the two-level "
-                           "pass of NOTES kda.18 (default off until timed)",
+               "one_sweep": "triton vs triton[one sweep]: the two-level state pass (NOTES kda.18, segments chosen "
+                            "by kda.state_segments) against one sweep per sequence; the same where it picks 1",
                "fused_vs_unfused": "forward_backward of triton vs triton[unfused backward]: same forward, the "
                                    "difference is the fused WY + dq/dk/dg kernel against its two halves",
                "whole_chunk": "triton vs triton[sub-chunk products]: L, Aqk and their backward from whole-chunk "
@@ -693,12 +693,12 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
         implementations: Sequence[str] = IMPLEMENTATIONS, peers: bool = False, command: str = "",
         shapes: Sequence[Mapping[str, int]] | None = None, tokens: Sequence[int] | None = None,
         errors_from: str = "reference", progress: Callable[[dict[str, Any]], None] | None = None,
-        variants: bool = True) -> dict[str, Any]:
+        variants: bool | Sequence[str] = True) -> dict[str, Any]:
     """Time `op_name` over a shape set (or explicit `shapes`) and return the record (not written).
 
     tokens: only the shapes with these sequence lengths T (a long sweep in parts; recorded).
     variants: also time the op's `variants` beside the Triton path (each compiles and autotunes anew at
-      every shape: a long sweep may leave them to the target shapes; recorded).
+      every shape: a long sweep may leave them to the target shapes; recorded); a list of names: only those.
     errors_from: "reference" (the JAX reference's outputs, computed even when it is not timed) or
       "peers" (the op's `error_sources` measured in the same run; the reference is then not run at
       all unless timed: at large shapes its XLA compile can take minutes).
@@ -761,7 +761,13 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
     t_start = time.perf_counter()
     results: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
-    timed_variants = op.variants if variants and "triton" in implementations else {}
+    if not isinstance(variants, bool):
+        unknown = sorted(set(variants) - set(op.variants))
+        if unknown:
+            raise ValueError(f"--variants: {op_name} has no variant {', '.join(map(repr, unknown))}; known: "
+                             f"{', '.join(map(repr, op.variants)) or 'none'}")
+    chosen = {} if not variants else op.variants if variants is True else {v: op.variants[v] for v in variants}
+    timed_variants = chosen if "triton" in implementations else {}
 
     def skip(shape, name, reason, label):
         skipped.append({"shape": dict(shape), "implementation": name, "reason": reason})

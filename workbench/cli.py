@@ -89,6 +89,9 @@ def _bench_parser(subparsers) -> None:
     p.add_argument("--no-variants", action="store_true",
                    help="time the Triton path alone, not its variants (each compiles and autotunes anew at every "
                         "shape: for long sweeps)")
+    p.add_argument("--variants", metavar="LIST",
+                   help="time only these variants of the Triton path beside it, a comma list of the op's variant "
+                        "names (e.g. '8 segments')")
     p.add_argument("--first-call", action="store_true",
                    help="time nothing per call: record the wall seconds from a fresh process's start to its first "
                         "forward+backward result at the shape set, with empty autotune, kernel and JAX compilation "
@@ -109,7 +112,10 @@ def _bench(args: argparse.Namespace, command: str) -> int:
             stamp = bench.stamp_now()
             record = bench.run(args.op, args.shapes, iters=args.iters, reps=args.reps,
                                implementations=implementations, peers=args.peers, command=command, tokens=args.T,
-                               errors_from=args.errors_from, variants=not args.no_variants,
+                               errors_from=args.errors_from,
+                               variants=(False if args.no_variants else
+                                         [v.strip() for v in args.variants.split(",") if v.strip()]
+                                         if args.variants else True),
                                progress=lambda partial: bench.write_partial(partial, args.out, stamp))
         path = bench.write(record, args.out, None if ring else stamp)
     except bench.Refused as exc:
