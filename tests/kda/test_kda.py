@@ -340,7 +340,7 @@ def test_two_level_state_pass_equals_one_sweep(packed, segments):
     inputs = kda_inputs(62, B, T, 1, 16, 16, strength=0.5, n_seqs=n_seqs)
     extra = {} if cu is None else {"cu_seqlens": jnp.asarray(cu, jnp.int32)}
     cts = cotangents(63, inputs, n_seqs)
-    one = outputs_and_grads(inputs, cts, chunk_size=16, **extra)
+    one = outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(segments=1), **extra)
     assert_same(outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(segments=segments), **extra), one)
 
 
@@ -358,9 +358,25 @@ def test_every_two_level_config_gives_the_same_answer(tuning_problem):
 
 
 def test_bad_segments_raise():
-    for bad in (0, -2, 1.5, None):
+    for bad in (0, -2, 1.5, "4", True):
         with pytest.raises(ValueError, match="Tuning.segments"):
             Tuning(segments=bad)
+
+
+def test_state_segments_heuristic():
+    """(kda.18) 1 at the target shape (B = 8, H = 16 fill 132 SMs) and below 256 chunks; for one long
+    sequence the largest power of two up to 16 that keeps 16 chunks per segment — the H100 measurements
+    in kda/__init__.py: 64 chunks faster as one sweep, 256 and 1024 fastest in 16 segments."""
+    from workbench.kda import state_segments
+
+    assert state_segments(8 * 16, 64, 132) == 1
+    assert [state_segments(16, T // 64, 132) for T in (1024, 4096, 8192, 16384, 65536)] == [1, 1, 1, 16, 16]
+    assert state_segments(33, 4096, 132) == 1 and state_segments(1, 300, 132) == 16
+    for pairs in range(1, 40):
+        for chunks in (1, 100, 255, 256, 400, 10_000):
+            n = state_segments(pairs, chunks, 132)
+            assert n & (n - 1) == 0 and (n == 1 or (chunks >= 256 and chunks // n >= 16 and n <= 16
+                                                    and pairs * 4 < 132))
 
 
 @pytest.fixture(scope="module")

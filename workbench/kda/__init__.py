@@ -22,13 +22,14 @@ import triton
 
 from .. import _checks
 from .._bounds import keep_inside, packed_bounds, stand_ins
+from ..chunk_gla import _sm_count
 from ..chunk_gla.reference import chunk_bounds
 from ..launch import triton_call
 from ..recurrent import _validate as _validate_common
 from . import kernels
 from .reference import chunk_kda_ref, chunked_packed, recurrent_kda_ref
 
-__all__ = ["chunk_kda", "recurrent_kda", "Tuning", "CHUNK_SIZES"]
+__all__ = ["chunk_kda", "recurrent_kda", "Tuning", "CHUNK_SIZES", "state_segments"]
 
 CHUNK_SIZES = (16, 32, 64)
 
@@ -57,17 +58,40 @@ class Tuning:
         kda.17); False always sub-chunk by sub-chunk (for testing that path on mild gates, and timing).
     segments: (chunk_kda) the two-level state pass (NOTES.md, kda.18): both state sweeps cut every sequence
         into this many segments, each swept from zero beside the identity, the true entering states
-        carried across them, then each swept again from its own; 1 (default) is one sweep per sequence.
+        carried across them, then each swept again from its own; 1 is one sweep per sequence; None
+        (default): `state_segments` from the sequences × heads in flight and the GPU's SM count.
     """
 
     backward: Literal["triton", "reference"] = "triton"
     fused_backward: bool = True
     whole_chunk: bool = True
-    segments: int = 1
+    segments: int | None = None
 
     def __post_init__(self):
-        if type(self.segments) is not int or self.segments < 1:
-            raise ValueError(f"Tuning.segments: expected an int ≥ 1, got {self.segments!r}")
+        if self.segments is not None and (type(self.segments) is not int or self.segments < 1):
+            raise ValueError(f"Tuning.segments: expected None or an int ≥ 1, got {self.segments!r}")
+
+
+# Measured on an H100 (B = 1, H = 16, K = V = 128, bf16; docs/performance.md): forward 5.33 → 4.49 ms at
+# 1024 chunks and 1.42 → 1.33 at 256 with 16 segments (32: slower than 16); 64 chunks: one sweep 0.41 ms,
+# 8 segments 0.46. The segment sweep carries a [K, V + K] state: three times a sweep's work per chunk.
+SWEEP_PROGRAMS = 4  # V blocks of a state sweep at V = 128 with its 32- or 64-wide blocks
+MIN_SPLIT_CHUNKS = 256  # below, one sweep per sequence (64 chunks ran faster as one sweep)
+MIN_SEGMENT_CHUNKS = 16
+MAX_SEGMENTS = 16
+
+
+def state_segments(pairs: int, chunks: int, sms: int) -> int:
+    """(kda.18) Segments per sequence for both state sweeps: 1 while `pairs` (sequences × heads) keep the
+    GPU's `sms` multiprocessors busy or the longest possible sequence has fewer than MIN_SPLIT_CHUNKS
+    `chunks`; else the largest power of two up to MAX_SEGMENTS that leaves every segment at least
+    MIN_SEGMENT_CHUNKS long."""
+    if pairs * SWEEP_PROGRAMS >= sms or chunks < MIN_SPLIT_CHUNKS:
+        return 1
+    n = 1
+    while 2 * n <= MAX_SEGMENTS and chunks // (2 * n) >= MIN_SEGMENT_CHUNKS:
+        n *= 2
+    return n
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,6 +233,8 @@ def _state_sweep(q, k, khat, w, u, do, b, Aqk, init, cu, bounds, static: _Static
     state = lambda n, dt=f32, cols=V: jax.ShapeDtypeStruct((n, H, K, cols), dt)  # noqa: E731
     rows_v = jax.ShapeDtypeStruct((TT, H, V), values.dtype)
     n_seg = static.tuning.segments
+    if n_seg is None:
+        n_seg = state_segments(N * H, triton.cdiv(TT, static.chunk_size), _sm_count())
     common = dict(H=H, K=K, V=V, BT=static.chunk_size, BK=BK, F32_DOT=_f32_dot(w))
     if n_seg == 1:
         grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H)  # noqa: E731
