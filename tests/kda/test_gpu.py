@@ -87,21 +87,22 @@ def test_compiled_fused_and_unfused_backward_agree():
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
-def test_compiled_two_level_state_pass_agrees_with_one_sweep(dtype):
-    """(kda.18) compiled on the target's head size: one long sequence beside short and empty ones, 4 segments
-    against one sweep per sequence (itself held to the float64 definition by the tests above)."""
-    cu = jnp.array([0, 5, 5, 3000, 3100, 4096], jnp.int32)
-    inputs = kda_inputs(9, 1, 4096, 2, 128, 128, dtype=dtype, n_seqs=5)
-    cts = _cotangents(10, 1, 4096, 2, 128, 128, 5, dtype)
-    one_out, one = _run(workbench.chunk_kda, inputs, cts, cu_seqlens=cu)
-    two_out, two = _run(workbench.chunk_kda, inputs, cts, cu_seqlens=cu, tuning=Tuning(segments=4))
-    limit = 1e-5 if dtype == jnp.float32 else 1e-2
-    for name, x, y in [("o", two_out[0], one_out[0]), ("final_state", two_out[1], one_out[1]),
-                       *(("d" + n, two[n], one[n]) for n in one)]:
-        x, y = x.astype(jnp.float32), y.astype(jnp.float32)
-        assert bool(jnp.all(jnp.isfinite(x))), name
-        gap = float(jnp.linalg.norm(x - y) / jnp.linalg.norm(y))
-        assert gap < limit, f"{name}: two-level vs one sweep RMS-relative gap {gap:.2e}"
+def test_compiled_two_level_state_pass_within_budget(dtype):
+    """(kda.18) compiled on the target's head size (the segment sweep's state is [128, 256]): one long
+    sequence beside short and empty ones in 4 segments, initial and final states and every gradient
+    against the float64 oracle, within 1.5× the chunk reference's error in the same dtype."""
+    cu = jnp.array([0, 5, 5, 700, 800, 1024], jnp.int32)
+    inputs = kda_inputs(9, 1, 1024, 2, 128, 128, dtype=dtype, n_seqs=5)
+    cts = _cotangents(10, 1, 1024, 2, 128, 128, 5, dtype)
+    with jax.default_matmul_precision("highest"):
+        oracle = _run(recurrent_kda_ref, to_float64(inputs), to_float64(cts), cu_seqlens=cu)
+        kernel = _run(workbench.chunk_kda, inputs, cts, cu_seqlens=cu, tuning=Tuning(segments=4))
+        reference = _run(workbench.chunk_kda, inputs, cts, cu_seqlens=cu, implementation="reference")
+    rows = [compare("o", kernel[0][0], reference[0][0], oracle[0][0]),
+            compare("final_state", kernel[0][1], reference[0][1], oracle[0][1])]
+    rows += [compare("d" + n, kernel[1][n], reference[1][n], oracle[1][n]) for n in kernel[1]]
+    print("\n".join(map(str, rows)))
+    assert_within_budget(rows)
 
 
 def test_compiled_target_shape_bf16_is_finite_and_matches_recurrent():
