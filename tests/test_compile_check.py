@@ -99,6 +99,12 @@ def _record_every_launch():
             for case in verify.FLASH_CASES:
                 inputs, options = _flash(case, dtype)
                 _trace(workbench.flash_attention, inputs, ("q", "k", "v", "sinks", "bias"), **options)
+            # the ring's block kernels (attention_block and its backward), on a mesh of this one device
+            mesh = jax.make_mesh((1,), ("sp",))
+            qkv = {n: jnp.zeros((1, 32, 4 if n == "q" else 2, 32), dtype) for n in "qkv"}
+            for causal, layout in ((True, "zigzag"), (False, "contiguous")):
+                _trace(workbench.sharded_ring_attention, qkv, ("q", "k", "v"), mesh=mesh, axis_name="sp",
+                       causal=causal, layout=layout)
     return specs
 
 
@@ -106,7 +112,7 @@ def test_every_kernel_compiles_for_hopper():
     specs = _record_every_launch()
     kernels = {(s["module"], s["kernel"]) for s in specs}
     # every op's kernels were seen (a refactor that stops recording would otherwise pass vacuously)
-    for module in ("recurrent", "chunk_gla", "kda", "flash_attention"):
+    for module in ("recurrent", "chunk_gla", "kda", "flash_attention"):  # the ring's live in flash_attention
         assert any(m == f"workbench.{module}.kernels" for m, _ in kernels), module
     result = compile_check.compile_all(specs, last=STAGE, workers=1)  # pytest-xdist keeps the other core busy
     print(f"{result['compiled']} distinct launches of {len(kernels)} kernels compiled to {STAGE} for sm_90 in "
