@@ -147,3 +147,29 @@ def test_the_check_catches_what_the_interpreter_runs():
     result = compile_check.compile_all(specs, last="ttir")
     assert len(result["failed"]) == 1
     assert "Loop-carried variable acc" in result["failed"][0]["error"]
+
+
+@triton.jit
+def dot_tile(x, y, out, N: tl.constexpr):
+    """One [N, N] bfloat16 product: on sm_90, Triton forms it with warpgroup MMA (HGMMA)."""
+    o = tl.arange(0, N)
+    p = o[:, None] * N + o[None, :]
+    tl.store(out + p, tl.dot(tl.load(x + p), tl.load(y + p)))
+
+
+def test_resources_read_the_compiled_kernel():
+    """`last="resources"` (scripts/kernel_resources.py) reads the cubin: a 64 × 64 bfloat16 product on four
+    warps uses HGMMA, fits in registers and spills nothing; the interpreter agrees on the product."""
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((64, 64)), jnp.bfloat16)
+    out_shape = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+    out = launch.triton_call(x, x, kernel=dot_tile, out_shape=out_shape, grid=(1,), N=64)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(x, np.float32) @ np.asarray(x, np.float32), rtol=1e-5,
+                               atol=1e-4)
+    with compile_check.record() as specs:
+        jax.eval_shape(lambda v: launch.triton_call(v, v, kernel=dot_tile, out_shape=out_shape, grid=(1,), N=64), x)
+    result = compile_check.compile_all(specs, last="resources")
+    assert not result["failed"], result["failed"]
+    (row,) = result["resources"]
+    usage = row["resources"]
+    assert usage["HGMMA"] > 0 and usage["HMMA"] == 0, usage
+    assert 0 < usage["registers"] <= 255 and usage["stack"] == 0 and usage["STL"] == 0, usage

@@ -33,6 +33,7 @@ from typing import Any
 TARGET = ("cuda", 90, 32)  # Hopper: compute capability 9.0, warp size 32
 
 _RECORDING: list[dict[str, Any]] | None = None
+_ALL_CONFIGS = False
 
 _POINTER = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64", "int8": "i8",
             "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint32": "u32", "uint64": "u64",
@@ -40,14 +41,17 @@ _POINTER = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64":
 
 
 @contextlib.contextmanager
-def record() -> Iterator[list[dict[str, Any]]]:
-    """Collect the compile specs of every `triton_call` traced inside the block (interpreter path)."""
-    global _RECORDING
-    previous, _RECORDING = _RECORDING, []
+def record(all_configs: bool = False) -> Iterator[list[dict[str, Any]]]:
+    """Collect the compile specs of every `triton_call` traced inside the block (interpreter path): for an
+    autotuned kernel the candidates the GPU autotuner would time, or with `all_configs` every config
+    that agrees with the call's meta-parameters (the kernel's pruning skipped)."""
+    global _RECORDING, _ALL_CONFIGS
+    previous = _RECORDING, _ALL_CONFIGS
+    _RECORDING, _ALL_CONFIGS = [], all_configs
     try:
         yield _RECORDING
     finally:
-        _RECORDING = previous
+        _RECORDING, _ALL_CONFIGS = previous
 
 
 def _kernel_address(kernel, fn) -> tuple[str, str]:
@@ -99,7 +103,12 @@ def note_launch(kernel, args: Sequence[Any], out_shapes: Sequence[Any], metapara
     tuner, rules, fn = launch._unwrap(kernel)
     values = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) if _is_array(a) else a for a in args]
     named = dict(zip(fn.arg_names, [*values, *out_shapes]))
-    configs = autotune.candidates(tuner, named, metaparams) if isinstance(tuner, Autotuner) else [None]
+    if not isinstance(tuner, Autotuner):
+        configs = [None]
+    elif _ALL_CONFIGS:
+        configs = [c for c in tuner.configs if all(c.kwargs.get(k, v) == v for k, v in metaparams.items())]
+    else:
+        configs = autotune.candidates(tuner, named, metaparams)
     module, attribute = _kernel_address(kernel, fn)
     constexpr_names = _constexpr_names(fn)
     for config in configs:
@@ -139,20 +148,29 @@ def distinct(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 STAGES = ("ttir", "ttgir", "llir", "ptx", "cubin")  # Triton's NVIDIA pipeline, in order
 
 
+def _source(spec: Mapping[str, Any]):
+    """The kernel's `ASTSource`, its array arguments 16-byte aligned as jax-triton declares them
+    (`tt.divisibility` 16: JAX's buffers are aligned), which lets the compiler vectorise their accesses."""
+    import triton
+    from triton.compiler import ASTSource
+
+    fn = getattr(importlib.import_module(spec["module"]), spec["kernel"])
+    while not isinstance(fn, triton.runtime.jit.JITFunction):
+        fn = fn.fn
+    signature = dict(spec["signature"])
+    attrs = {(fn.arg_names.index(name),): [["tt.divisibility", 16]]
+             for name, kind in signature.items() if kind.startswith("*")}
+    return ASTSource(fn=fn, signature=signature, constexprs=dict(spec["constexprs"]), attrs=attrs)
+
+
 def _compile_one(spec: Mapping[str, Any], last: str) -> None:
     """Triton's own pipeline (`triton.compile`, without its cache) from the kernel's source up to stage
     `last`: "ttir" is the front end (where type errors are found), "cubin" runs ptxas too."""
-    import triton
     from triton._C.libtriton import ir
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
     from triton.compiler.compiler import make_backend
 
-    kernel = getattr(importlib.import_module(spec["module"]), spec["kernel"])
-    fn = kernel
-    while not isinstance(fn, triton.runtime.jit.JITFunction):
-        fn = fn.fn
-    source = ASTSource(fn=fn, signature=dict(spec["signature"]), constexprs=dict(spec["constexprs"]))
+    source = _source(spec)
     target = GPUTarget(*TARGET)
     backend = make_backend(target)
     options = backend.parse_options({"num_warps": spec["num_warps"], "num_stages": spec["num_stages"],
@@ -171,6 +189,36 @@ def _compile_one(spec: Mapping[str, Any], last: str) -> None:
             return
 
 
+_SASS_COUNTS = ("HGMMA", "HMMA", "LDL", "STL", "MUFU.EX2", "BAR")
+
+
+def _resources(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Compile to a cubin and read what the compiler made of it with the cuobjdump and nvdisasm that come
+    with Triton: registers per thread, stack bytes (spills), shared memory, and counts of a few SASS
+    instructions (HGMMA: Hopper's warpgroup MMA; LDL/STL: local-memory spill traffic)."""
+    import re
+    import subprocess
+    import tempfile
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    compiled = triton.compile(_source(spec), target=GPUTarget(*TARGET),
+                              options={"num_warps": spec["num_warps"], "num_stages": spec["num_stages"]})
+    tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        usage = subprocess.run([os.path.join(tools, "cuobjdump"), "--dump-resource-usage", f.name],
+                               capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run([os.path.join(tools, "nvdisasm"), "-c", f.name],
+                              capture_output=True, text=True, check=True).stdout
+    field = lambda name: int(re.search(rf"{name}:(\d+)", usage).group(1))  # noqa: E731
+    ops = re.findall(r"\b(" + "|".join(re.escape(op) for op in _SASS_COUNTS) + r")\b", sass)
+    return {"registers": field("REG"), "stack": field("STACK"), "shared": compiled.metadata.shared,
+            **{op: ops.count(op) for op in _SASS_COUNTS}}
+
+
 def _child(path: str, last: str) -> int:
     """Compile every spec of the JSON file to stage `last`; one JSON line per failure, then a summary."""
     specs = json.loads(open(path).read())
@@ -178,7 +226,10 @@ def _child(path: str, last: str) -> int:
     start = time.perf_counter()
     for spec in specs:
         try:
-            _compile_one(spec, last)
+            if last == "resources":
+                print(json.dumps({"spec": spec, "resources": _resources(spec)}, default=repr), flush=True)
+            else:
+                _compile_one(spec, last)
         except Exception as exc:  # noqa: BLE001 - every failure is reported, not raised
             failed += 1
             print(json.dumps({"spec": spec, "error": f"{type(exc).__name__}: {exc}"}, default=repr), flush=True)
@@ -192,11 +243,13 @@ def compile_all(specs: Sequence[Mapping[str, Any]], *, last: str = "cubin", work
     """Compile the distinct specs for sm_90 up to stage `last` (STAGES) in `workers` child processes
     (compiled Triton, no GPU needed).
 
-    Returns {"compiled": n, "failed": [{"spec", "error"}, ...], "seconds": wall}."""
+    `last="resources"` compiles to a cubin and adds each spec's `_resources` under "resources".
+    Returns {"compiled": n, "failed": [{"spec", "error"}, ...], "resources": [{"spec", "resources"}, ...],
+    "seconds": wall}."""
     import tempfile
 
-    if last not in STAGES:
-        raise ValueError(f"last: expected one of {', '.join(STAGES)}, got {last!r}")
+    if last not in (*STAGES, "resources"):
+        raise ValueError(f"last: expected one of {', '.join(STAGES)} or resources, got {last!r}")
     specs = distinct(specs)
     folder = folder or tempfile.mkdtemp(prefix="workbench-compile-check-")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -212,7 +265,7 @@ def compile_all(specs: Sequence[Mapping[str, Any]], *, last: str = "cubin", work
             json.dump(part, f)
         procs.append(subprocess.Popen([sys.executable, "-m", "workbench.compile_check", path, last], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    failures, compiled = [], 0
+    failures, compiled, resources = [], 0, []
     for proc in procs:
         try:
             out, err = proc.communicate(timeout=max(1.0, timeout - (time.perf_counter() - start)))
@@ -225,8 +278,10 @@ def compile_all(specs: Sequence[Mapping[str, Any]], *, last: str = "cubin", work
             raise RuntimeError(f"compile_check: a child ended without a summary (exit {proc.returncode}):\n"
                                f"{err[-4000:]}")
         failures += [line for line in lines[:-1] if "error" in line]
+        resources += [line for line in lines[:-1] if "resources" in line]
         compiled += lines[-1]["compiled"]
-    return {"compiled": compiled, "failed": failures, "seconds": round(time.perf_counter() - start, 1)}
+    return {"compiled": compiled, "failed": failures, "resources": resources,
+            "seconds": round(time.perf_counter() - start, 1)}
 
 
 def describe(failure: Mapping[str, Any]) -> str:

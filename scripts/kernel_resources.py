@@ -1,0 +1,86 @@
+"""What Triton's compiler makes of each kernel of an op for a Hopper GPU, on a machine without one.
+
+    python scripts/kernel_resources.py --op flash_attention --shapes target [--all-configs] [--workers 2]
+
+Traces the op's forward and backward at each shape of a `workbench bench` shape set (abstractly: no
+kernel runs), collects every kernel launch with the configs the GPU autotuner would time (every config
+of the kernel with --all-configs), compiles each to a sm_90 cubin (`workbench.compile_check`) and prints,
+per kernel and config: registers per thread, stack bytes (register spills), shared memory, and counts of
+HGMMA (Hopper's warpgroup MMA), LDL/STL (local-memory traffic: spills) and MUFU.EX2 in the SASS. A
+compiled kernel at 255 registers with stack bytes is spilling; one with HMMA but no HGMMA is not on
+Hopper's fast MMA path. These are the compiler's output, not timings: `workbench bench` on a GPU decides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import workbench  # noqa: E402, F401  (first: decides compiled vs interpreted Triton)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from workbench import bench, compile_check  # noqa: E402
+
+COLUMNS = ("registers", "stack", "shared", "HGMMA", "HMMA", "STL", "LDL", "MUFU.EX2")
+
+
+def record(op_name: str, shape_set: str, all_configs: bool) -> list[dict]:
+    op = bench.OPS[op_name]
+    dtype = jnp.dtype(op.dtype)
+    with compile_check.record(all_configs=all_configs) as specs:
+        for shape in op.shape_sets[shape_set]:
+            inputs = jax.eval_shape(lambda: {n: x for n, x in op.inputs(shape, dtype, 0).items()
+                                            if hasattr(x, "dtype")})
+            fixed = {n: x for n, x in op.inputs(dict(shape, **_tiny(shape)), dtype, 0).items()
+                     if not hasattr(x, "dtype")}
+            wrt = [n for n in op.differentiable if n in inputs]
+
+            def f(primals, fixed=fixed, inputs=inputs, wrt=wrt):
+                rest = {n: x for n, x in inputs.items() if n not in wrt}
+                out, pullback = jax.vjp(lambda *xs: op.call("triton", **rest, **fixed, **dict(zip(wrt, xs))), *primals)
+                return pullback(jax.tree.map(jnp.ones_like, out))
+
+            jax.eval_shape(f, [inputs[n] for n in wrt])
+    return specs
+
+
+def _tiny(shape):
+    """The same shape with T = 16: the non-array inputs (flags) without building the full arrays twice."""
+    return {n: 16 for n in shape if n in ("T", "Tq", "Tk")}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--op", default="flash_attention", choices=sorted(bench.OPS))
+    p.add_argument("--shapes", default="target")
+    p.add_argument("--all-configs", action="store_true")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--json", help="also write the rows to this file")
+    args = p.parse_args()
+    specs = compile_check.distinct(record(args.op, args.shapes, args.all_configs))
+    result = compile_check.compile_all(specs, last="resources", workers=args.workers)
+    rows = sorted(result["resources"], key=lambda r: (r["spec"]["kernel"], json.dumps(r["spec"]["constexprs"],
+                                                                                      sort_keys=True)))
+    print(f"{args.op} {args.shapes}: {len(rows)} kernel configs compiled for sm_90 in {result['seconds']} s")
+    print(f"{'kernel':28s} {'config':44s} " + " ".join(f"{c:>9s}" for c in COLUMNS))
+    for row in rows:
+        spec = row["spec"]
+        blocks = ",".join(f"{k}={v}" for k, v in spec["constexprs"].items() if k.startswith("B") and k != "BD")
+        flags = ",".join(k for k, v in spec["constexprs"].items() if v is True and k.isupper())
+        config = f"{blocks} w{spec['num_warps']} s{spec['num_stages']} {flags}"[:44]
+        print(f"{spec['kernel'][:28]:28s} {config:44s} " + " ".join(f"{row['resources'][c]:9d}" for c in COLUMNS))
+    for failure in result["failed"]:
+        print(compile_check.describe(failure))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1, default=repr))
+    return 1 if result["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
