@@ -78,43 +78,57 @@ def _flash(case, dtype):
     return inputs, dict(p["options"], return_lse=True)
 
 
-def _record_every_launch():
-    gla_wrt = ("q", "k", "v", "g", "gk", "gv", "initial_state")
-    kda_wrt = ("q", "k", "v", "g", "beta", "initial_state")
+GLA_WRT = ("q", "k", "v", "g", "gk", "gv", "initial_state")
+KDA_WRT = ("q", "k", "v", "g", "beta", "initial_state")
+
+
+def _recurrent(dtype):
+    for case in verify.RECURRENT_CASES:
+        _trace(workbench.recurrent, _recurrent_like(case, dtype), GLA_WRT, reverse=case.params["reverse"])
+
+
+def _chunk_gla(dtype):
+    for case in verify.CHUNK_GLA_CASES:
+        for tuning in (GlaTuning(segments=1), GlaTuning(segments=3)):
+            _trace(workbench.chunk_gla, _recurrent_like(case, dtype), GLA_WRT, chunk_size=case.params["chunk_size"],
+                   tuning=tuning)
+
+
+def _kda_ops(dtype):
+    for case in verify.KDA_CASES:
+        inputs = _kda(case, dtype)
+        _trace(workbench.recurrent_kda, inputs, KDA_WRT)
+        for tuning in (KdaTuning(segments=1), KdaTuning(segments=3), KdaTuning(fused_backward=False),
+                       KdaTuning(whole_chunk=False)):
+            _trace(workbench.chunk_kda, inputs, KDA_WRT, chunk_size=case.params["chunk_size"], tuning=tuning)
+
+
+def _attention(dtype):
+    for case in verify.FLASH_CASES:
+        inputs, options = _flash(case, dtype)
+        _trace(workbench.flash_attention, inputs, ("q", "k", "v", "sinks", "bias"), **options)
+    # the ring's block kernels (attention_block and its backward), on a mesh of this one device
+    mesh = jax.make_mesh((1,), ("sp",))
+    qkv = {n: jnp.zeros((1, 32, 4 if n == "q" else 2, 32), dtype) for n in "qkv"}
+    for causal, layout in ((True, "zigzag"), (False, "contiguous")):
+        _trace(workbench.sharded_ring_attention, qkv, ("q", "k", "v"), mesh=mesh, axis_name="sp", causal=causal,
+               layout=layout)
+
+
+FAMILIES = {"recurrent": _recurrent, "chunk_gla": _chunk_gla, "kda": _kda_ops, "flash_attention": _attention}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_kernel_compiles_for_hopper(family):
+    """One kernel family per test (pytest-xdist spreads them over its workers)."""
     with compile_check.record() as specs:
         for dtype in DTYPES:
-            for case in verify.RECURRENT_CASES:
-                _trace(workbench.recurrent, _recurrent_like(case, dtype), gla_wrt, reverse=case.params["reverse"])
-            for case in verify.CHUNK_GLA_CASES:
-                for tuning in (GlaTuning(segments=1), GlaTuning(segments=3)):
-                    _trace(workbench.chunk_gla, _recurrent_like(case, dtype), gla_wrt,
-                           chunk_size=case.params["chunk_size"], tuning=tuning)
-            for case in verify.KDA_CASES:
-                inputs = _kda(case, dtype)
-                _trace(workbench.recurrent_kda, inputs, kda_wrt)
-                for tuning in (KdaTuning(segments=1), KdaTuning(segments=3), KdaTuning(fused_backward=False),
-                               KdaTuning(whole_chunk=False)):
-                    _trace(workbench.chunk_kda, inputs, kda_wrt, chunk_size=case.params["chunk_size"],
-                           tuning=tuning)
-            for case in verify.FLASH_CASES:
-                inputs, options = _flash(case, dtype)
-                _trace(workbench.flash_attention, inputs, ("q", "k", "v", "sinks", "bias"), **options)
-            # the ring's block kernels (attention_block and its backward), on a mesh of this one device
-            mesh = jax.make_mesh((1,), ("sp",))
-            qkv = {n: jnp.zeros((1, 32, 4 if n == "q" else 2, 32), dtype) for n in "qkv"}
-            for causal, layout in ((True, "zigzag"), (False, "contiguous")):
-                _trace(workbench.sharded_ring_attention, qkv, ("q", "k", "v"), mesh=mesh, axis_name="sp",
-                       causal=causal, layout=layout)
-    return specs
-
-
-def test_every_kernel_compiles_for_hopper():
-    specs = _record_every_launch()
+            FAMILIES[family](dtype)
     kernels = {(s["module"], s["kernel"]) for s in specs}
-    # every op's kernels were seen (a refactor that stops recording would otherwise pass vacuously)
-    for module in ("recurrent", "chunk_gla", "kda", "flash_attention"):  # the ring's live in flash_attention
-        assert any(m == f"workbench.{module}.kernels" for m, _ in kernels), module
-    result = compile_check.compile_all(specs, last=STAGE, workers=1)  # pytest-xdist keeps the other core busy
+    # the family's own kernels were seen (a refactor that stops recording would otherwise pass vacuously);
+    # kda borrows chunk_gla's cumsum and state pass
+    assert any(m == f"workbench.{family}.kernels" for m, _ in kernels), kernels
+    result = compile_check.compile_all(specs, last=STAGE, workers=1)
     print(f"{result['compiled']} distinct launches of {len(kernels)} kernels compiled to {STAGE} for sm_90 in "
           f"{result['seconds']} s")
     assert not result["failed"], "\n\n".join(compile_check.describe(f) for f in result["failed"])

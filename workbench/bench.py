@@ -689,6 +689,18 @@ def _out_of_memory(exc: BaseException) -> bool:
     return "RESOURCE_EXHAUSTED" in text or "OutOfMemory" in text or "out of memory" in text.lower()
 
 
+def chosen_variants(op_name: str, variants: bool | Sequence[str]) -> dict[str, Mapping[str, Any]]:
+    """The variants of `op_name` to time: all (True), none (False) or those named (unknown: ValueError)."""
+    op = OPS[op_name]
+    if isinstance(variants, bool):
+        return dict(op.variants) if variants else {}
+    unknown = sorted(set(variants) - set(op.variants))
+    if unknown:
+        raise ValueError(f"--variants: {op_name} has no variant {', '.join(map(repr, unknown))}; known: "
+                         f"{', '.join(map(repr, op.variants)) or 'none'}")
+    return {v: op.variants[v] for v in variants}
+
+
 def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 20, reps: int = 1,
         implementations: Sequence[str] = IMPLEMENTATIONS, peers: bool = False, command: str = "",
         shapes: Sequence[Mapping[str, int]] | None = None, tokens: Sequence[int] | None = None,
@@ -761,13 +773,7 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
     t_start = time.perf_counter()
     results: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
-    if not isinstance(variants, bool):
-        unknown = sorted(set(variants) - set(op.variants))
-        if unknown:
-            raise ValueError(f"--variants: {op_name} has no variant {', '.join(map(repr, unknown))}; known: "
-                             f"{', '.join(map(repr, op.variants)) or 'none'}")
-    chosen = {} if not variants else op.variants if variants is True else {v: op.variants[v] for v in variants}
-    timed_variants = chosen if "triton" in implementations else {}
+    timed_variants = chosen_variants(op_name, variants) if "triton" in implementations else {}
 
     def skip(shape, name, reason, label):
         skipped.append({"shape": dict(shape), "implementation": name, "reason": reason})
