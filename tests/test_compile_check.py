@@ -14,10 +14,9 @@ import pytest
 import triton
 import triton.language as tl
 
-from workbench import compile_check, launch, testing, verify
+from workbench import compile_check, launch, verify
 from workbench.chunk_gla import Tuning as GlaTuning
 from workbench.kda import Tuning as KdaTuning
-from workbench.kda.inputs import kda_inputs
 
 pytestmark = pytest.mark.skipif(not launch.INTERPRET, reason="on a GPU the kernels compile as they run")
 
@@ -37,66 +36,25 @@ def _trace(op, inputs, wrt, **static):
     jax.eval_shape(f, [inputs[n] for n in wrt])
 
 
-def _cu(seqlens):
-    return jnp.asarray(np.cumsum([0, *seqlens]), jnp.int32)
-
-
-def _recurrent_like(case, dtype):
-    p = case.params
-    seqlens = p["seqlens"]
-    B, T = (1, sum(seqlens)) if seqlens else (p["B"], p["T"])
-    inputs = testing.recurrent_inputs(case.seed, B, T, p["H"], p["K"], p["V"], dtype=dtype, gates=p["gates"],
-                                      strength=p["strength"], n_seqs=len(seqlens) if seqlens else None)
-    if seqlens:
-        inputs["cu_seqlens"] = _cu(seqlens)
-    return inputs
-
-
-def _kda(case, dtype):
-    p = case.params
-    seqlens = p["seqlens"]
-    B, T = (1, sum(seqlens)) if seqlens else (p["B"], p["T"])
-    inputs = kda_inputs(case.seed, B, T, p["H"], p["K"], p["V"], dtype=dtype, strength=p["strength"],
-                        key_scale=p["key_scale"], n_seqs=len(seqlens) if seqlens else None)
-    if seqlens:
-        inputs["cu_seqlens"] = _cu(seqlens)
-    return inputs
-
-
-def _flash(case, dtype):
-    p = case.params
-    B, Tq, Tk = p["B"], p["Tq"], p["Tk"]
-    if p["seqlens"]:
-        B, (Tq, Tk) = 1, np.sum(p["seqlens"], axis=0).tolist()
-    inputs = testing.attention_inputs(case.seed, B, Tq, Tk, p["H"], p["Hkv"], p["D"], dtype=dtype, sinks=p["sinks"],
-                                      bias=p["bias"], segments=p["segments"])
-    if p["seqlens"]:
-        cu = np.cumsum([(0, 0), *p["seqlens"]], axis=0).astype(np.int32)
-        inputs["cu_seqlens_q"], inputs["cu_seqlens_k"] = jnp.asarray(cu[:, 0]), jnp.asarray(cu[:, 1])
-    if p["options"].get("dropout_rate"):
-        inputs["dropout_key"] = jax.random.key(case.seed)
-    return inputs, dict(p["options"], return_lse=True)
-
-
 GLA_WRT = ("q", "k", "v", "g", "gk", "gv", "initial_state")
 KDA_WRT = ("q", "k", "v", "g", "beta", "initial_state")
 
 
 def _recurrent(dtype):
     for case in verify.RECURRENT_CASES:
-        _trace(workbench.recurrent, _recurrent_like(case, dtype), GLA_WRT, reverse=case.params["reverse"])
+        _trace(workbench.recurrent, verify.gated_case_inputs(case, dtype), GLA_WRT, reverse=case.params["reverse"])
 
 
 def _chunk_gla(dtype):
     for case in verify.CHUNK_GLA_CASES:
         for tuning in (GlaTuning(segments=1), GlaTuning(segments=3)):
-            _trace(workbench.chunk_gla, _recurrent_like(case, dtype), GLA_WRT, chunk_size=case.params["chunk_size"],
+            _trace(workbench.chunk_gla, verify.gated_case_inputs(case, dtype), GLA_WRT, chunk_size=case.params["chunk_size"],
                    tuning=tuning)
 
 
 def _kda_ops(dtype):
     for case in verify.KDA_CASES:
-        inputs = _kda(case, dtype)
+        inputs = verify.kda_case_inputs(case, dtype)
         _trace(workbench.recurrent_kda, inputs, KDA_WRT)
         for tuning in (KdaTuning(segments=1), KdaTuning(segments=3), KdaTuning(fused_backward=False),
                        KdaTuning(whole_chunk=False)):
@@ -105,7 +63,7 @@ def _kda_ops(dtype):
 
 def _attention(dtype):
     for case in verify.FLASH_CASES:
-        inputs, options = _flash(case, dtype)
+        inputs, options = verify.flash_case_inputs(case, dtype)
         _trace(workbench.flash_attention, inputs, ("q", "k", "v", "sinks", "bias"), **options)
     # the ring's block kernels (attention_block and its backward), on a mesh of this one device
     mesh = jax.make_mesh((1,), ("sp",))

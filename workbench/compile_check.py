@@ -254,6 +254,7 @@ def compile_all(specs: Sequence[Mapping[str, Any]], *, last: str = "cubin", work
     folder = folder or tempfile.mkdtemp(prefix="workbench-compile-check-")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["WORKBENCH_INTERPRET"] = "0"
+    env["TRITON_CACHE_DIR"] = os.path.join(folder, "triton-cache")  # triton.compile needs one ($HOME may not)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     parts = [specs[i::workers] for i in range(workers)]

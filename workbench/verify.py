@@ -169,7 +169,8 @@ def _recurrent_case(name: str, *, B: int = 1, T: int = 32, H: int = 2, K: int = 
                            reverse=reverse, seqlens=None if seqlens is None else tuple(seqlens)))
 
 
-def _run_recurrent(case: Case, dtype: str, implementation: str, want_arrays: Sequence[str]) -> CaseResult:
+def gated_case_inputs(case: Case, dtype) -> dict[str, Any]:
+    """The arrays of a recurrent or chunk_gla case (q, k, v, its gates, initial_state, cu_seqlens)."""
     p = case.params
     seqlens = p["seqlens"]
     B, T = (1, sum(seqlens)) if seqlens else (p["B"], p["T"])
@@ -178,7 +179,12 @@ def _run_recurrent(case: Case, dtype: str, implementation: str, want_arrays: Seq
                                       n_seqs=len(seqlens) if seqlens else None)
     if seqlens:
         inputs["cu_seqlens"] = jnp.asarray(np.cumsum([0, *seqlens]), jnp.int32)
-    inputs["reverse"] = p["reverse"]
+    return inputs
+
+
+def _run_recurrent(case: Case, dtype: str, implementation: str, want_arrays: Sequence[str]) -> CaseResult:
+    inputs = gated_case_inputs(case, dtype)
+    inputs["reverse"] = case.params["reverse"]
     # One XLA program per direction instead of op-by-op dispatch; traced anew for every case, so the op
     # is looked up at call time (a test can swap in a broken one).
     op = jax.jit(lambda **kw: workbench.recurrent(**kw), static_argnames=("reverse", "implementation"))
@@ -216,15 +222,8 @@ def _chunk_gla_case(name: str, *, B: int = 1, T: int = 40, H: int = 2, K: int = 
 
 
 def _run_chunk_gla(case: Case, dtype: str, implementation: str, want_arrays: Sequence[str]) -> CaseResult:
-    p = case.params
-    seqlens = p["seqlens"]
-    B, T = (1, sum(seqlens)) if seqlens else (p["B"], p["T"])
-    inputs = testing.recurrent_inputs(case.seed, B, T, p["H"], p["K"], p["V"], dtype=jnp.dtype(dtype),
-                                      gates=p["gates"], strength=p["strength"],
-                                      n_seqs=len(seqlens) if seqlens else None)
-    if seqlens:
-        inputs["cu_seqlens"] = jnp.asarray(np.cumsum([0, *seqlens]), jnp.int32)
-    inputs["chunk_size"] = p["chunk_size"]
+    inputs = gated_case_inputs(case, dtype)
+    inputs["chunk_size"] = case.params["chunk_size"]
     # One XLA program per direction instead of op-by-op dispatch; traced anew for every case, so the op
     # is looked up at call time (a test can swap in a broken one).
     op = jax.jit(lambda **kw: workbench.chunk_gla(**kw), static_argnames=("chunk_size", "implementation"))
@@ -254,23 +253,30 @@ def _kda_case(name: str, *, B: int = 1, T: int = 40, H: int = 2, K: int = 16, V:
                            seqlens=None if seqlens is None else tuple(seqlens)))
 
 
+def kda_case_inputs(case: Case, dtype) -> dict[str, Any]:
+    """The arrays of a chunk_kda or recurrent_kda case, as users feed them (`kda.inputs.kda_inputs`: unit-norm
+    keys unless the case sets key_scale, β in (0, 1)), and cu_seqlens."""
+    from .kda.inputs import kda_inputs
+
+    p = case.params
+    seqlens = p["seqlens"]
+    B, T = (1, sum(seqlens)) if seqlens else (p["B"], p["T"])
+    inputs = kda_inputs(case.seed, B, T, p["H"], p["K"], p["V"], dtype=jnp.dtype(dtype), strength=p["strength"],
+                        key_scale=p["key_scale"], n_seqs=len(seqlens) if seqlens else None)
+    if seqlens:
+        inputs["cu_seqlens"] = jnp.asarray(np.cumsum([0, *seqlens]), jnp.int32)
+    return inputs
+
+
 def _run_kda(op_name: str):
     """A runner for `workbench.<op_name>` (chunk_kda or recurrent_kda): inputs as users feed them
     (`kda.inputs.kda_inputs`: unit-norm keys unless the case sets key_scale, β in (0, 1))."""
 
     def run(case: Case, dtype: str, implementation: str, want_arrays: Sequence[str]) -> CaseResult:
-        from .kda.inputs import kda_inputs
-
-        p = case.params
-        seqlens = p["seqlens"]
-        B, T = (1, sum(seqlens)) if seqlens else (p["B"], p["T"])
-        inputs = kda_inputs(case.seed, B, T, p["H"], p["K"], p["V"], dtype=jnp.dtype(dtype), strength=p["strength"],
-                            key_scale=p["key_scale"], n_seqs=len(seqlens) if seqlens else None)
-        if seqlens:
-            inputs["cu_seqlens"] = jnp.asarray(np.cumsum([0, *seqlens]), jnp.int32)
+        inputs = kda_case_inputs(case, dtype)
         static = ("implementation",)
         if op_name == "chunk_kda":
-            inputs["chunk_size"] = p["chunk_size"]
+            inputs["chunk_size"] = case.params["chunk_size"]
             static += ("chunk_size",)
         # looked up at call time, so a test can swap in a broken op
         op = jax.jit(lambda **kw: getattr(workbench, op_name)(**kw), static_argnames=static)
@@ -305,12 +311,9 @@ def _flash_case(name: str, *, B: int = 1, Tq: int = 48, Tk: int | None = None, H
                            seqlens=None if seqlens is None else tuple(map(tuple, seqlens)), options=dict(options)))
 
 
-def _run_flash(case: Case, dtype: str, implementation: str, want_arrays: Sequence[str]) -> CaseResult:
-    """Like `check_vjp`, with what attention needs beyond it: lse compared on the rows the oracle
-    sees something (−inf must match exactly, else a FAIL row), and each gradient's yardstick the
-    reference's error and, in quadrature, that of the exact gradients given the kernel's o and lse,
-    which a FlashAttention backward works from (`testing.compare_with_floor`,
-    `testing.attention_backward_cotangents`)."""
+def flash_case_inputs(case: Case, dtype) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(arrays, options) of a flash_attention case: q, k, v, sinks, bias, segment ids, packed bounds, the
+    dropout key; the case's options with return_lse."""
     p = case.params
     B, Tq, Tk = p["B"], p["Tq"], p["Tk"]
     if p["seqlens"]:
@@ -323,6 +326,18 @@ def _run_flash(case: Case, dtype: str, implementation: str, want_arrays: Sequenc
     options = dict(p["options"], return_lse=True)
     if options.get("dropout_rate"):
         inputs["dropout_key"] = jax.random.key(case.seed)
+    return inputs, options
+
+
+def _run_flash(case: Case, dtype: str, implementation: str, want_arrays: Sequence[str]) -> CaseResult:
+    """Like `check_vjp`, with what attention needs beyond it: lse compared on the rows the oracle
+    sees something (−inf must match exactly, else a FAIL row), and each gradient's yardstick the
+    reference's error and, in quadrature, that of the exact gradients given the kernel's o and lse,
+    which a FlashAttention backward works from (`testing.compare_with_floor`,
+    `testing.attention_backward_cotangents`)."""
+    p = case.params
+    inputs, options = flash_case_inputs(case, dtype)
+    B, Tq = inputs["q"].shape[:2]
     wrt = [n for n in ("q", "k", "v", "sinks", "bias") if n in inputs]
 
     def vjp(impl, args):
