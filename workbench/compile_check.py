@@ -86,10 +86,6 @@ def _scalar_type(value: Any) -> str:
     raise TypeError(f"compile_check: cannot type scalar argument {value!r}")
 
 
-def _is_array(a: Any) -> bool:
-    return hasattr(a, "shape") and hasattr(a, "dtype") and not isinstance(a, (bool, int, float))
-
-
 def note_launch(kernel, args: Sequence[Any], out_shapes: Sequence[Any], metaparams: Mapping[str, Any],
                 num_warps: int | None, num_stages: int | None) -> None:
     """Called by `launch.triton_call` on the interpreter path: record one spec per candidate config."""
@@ -101,7 +97,7 @@ def note_launch(kernel, args: Sequence[Any], out_shapes: Sequence[Any], metapara
     from . import autotune, launch
 
     tuner, rules, fn = launch._unwrap(kernel)
-    values = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) if _is_array(a) else a for a in args]
+    values = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) if autotune._is_array(a) else a for a in args]
     named = dict(zip(fn.arg_names, [*values, *out_shapes]))
     if not isinstance(tuner, Autotuner):
         configs = [None]
@@ -124,7 +120,7 @@ def note_launch(kernel, args: Sequence[Any], out_shapes: Sequence[Any], metapara
                     raise ValueError(f"compile_check: {attribute}: no value for constexpr {name}")
                 value = scope[name]
                 signature[name], constexprs[name] = "constexpr", value
-            elif name in named and _is_array(named[name]):
+            elif name in named and autotune._is_array(named[name]):
                 signature[name] = "*" + _POINTER[jax.numpy.dtype(named[name].dtype).name]
             else:
                 signature[name] = _scalar_type(scope[name])
