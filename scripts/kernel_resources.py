@@ -1,8 +1,9 @@
 """What Triton's compiler makes of each kernel of an op for a Hopper GPU, on a machine without one.
 
     python scripts/kernel_resources.py --op flash_attention --shapes target [--all-configs] [--workers 2]
+    python scripts/kernel_resources.py --op chunk_kda --shapes sweep --T 65536 --only chunk_kda_resweep_o_kernel
 
-Traces the op's forward and backward at each shape of a `workbench bench` shape set (abstractly: no
+Traces the op's forward alone and its forward and backward at each shape of a `workbench bench` shape set (abstractly: no
 kernel runs), collects every kernel launch with the configs the GPU autotuner would time (every config
 of the kernel with --all-configs), compiles each to a sm_90 cubin (`workbench.compile_check`) and prints,
 per kernel and config: registers per thread, stack bytes (register spills), shared memory, and counts of
@@ -30,11 +31,15 @@ from workbench import bench, compile_check  # noqa: E402
 COLUMNS = ("registers", "stack", "shared", "HGMMA", "HMMA", "STL", "LDL", "MUFU.EX2")
 
 
-def record(op_name: str, shape_set: str, all_configs: bool) -> list[dict]:
+def record(op_name: str, shape_set: str, all_configs: bool, lengths=None) -> list[dict]:
+    """Every launch of the op's forward alone and of its forward+backward at the set's shapes (those with a
+    T in `lengths`, when given)."""
     op = bench.OPS[op_name]
     dtype = jnp.dtype(op.dtype)
     with compile_check.record(all_configs=all_configs) as specs:
         for shape in op.shape_sets[shape_set]:
+            if lengths and shape.get("T", shape.get("Tq")) not in lengths:
+                continue
             inputs = jax.eval_shape(lambda: {n: x for n, x in op.inputs(shape, dtype, 0).items()
                                             if hasattr(x, "dtype")})
             fixed = {n: x for n, x in op.inputs(dict(shape, **_tiny(shape)), dtype, 0).items()
@@ -47,6 +52,7 @@ def record(op_name: str, shape_set: str, all_configs: bool) -> list[dict]:
                 return pullback(jax.tree.map(jnp.ones_like, out))
 
             jax.eval_shape(f, [inputs[n] for n in wrt])
+            jax.eval_shape(lambda arrays, fixed=fixed: op.call("triton", **arrays, **fixed), inputs)
     return specs
 
 
@@ -62,8 +68,13 @@ def main() -> int:
     p.add_argument("--all-configs", action="store_true")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--T", default="", help="only the set's shapes with these sequence lengths (comma list)")
+    p.add_argument("--only", default="", help="only these kernels (comma list of names)")
     args = p.parse_args()
-    specs = compile_check.distinct(record(args.op, args.shapes, args.all_configs))
+    lengths = [int(t) for t in args.T.split(",")] if args.T else None
+    specs = compile_check.distinct(record(args.op, args.shapes, args.all_configs, lengths))
+    if args.only:
+        specs = [s for s in specs if s["kernel"] in args.only.split(",")]
     result = compile_check.compile_all(specs, last="resources", workers=args.workers)
     rows = sorted(result["resources"], key=lambda r: (r["spec"]["kernel"], json.dumps(r["spec"]["constexprs"],
                                                                                       sort_keys=True)))

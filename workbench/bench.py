@@ -476,6 +476,8 @@ def _chunk_kda_bench() -> OpBench:
                                     "at 64k) on top of every other contender's buffers")},
         error_sources=("fla.ops.kda.chunk_kda",),
         variants={"unfused backward": {"tuning": Tuning(fused_backward=False)},
+                  "unfused forward": {"tuning": Tuning(fused_forward=False)},
+                  "unfused output": {"tuning": Tuning(fused_output=False)},
                   "sub-chunk products": {"tuning": Tuning(whole_chunk=False)},
                   "one sweep": {"tuning": Tuning(segments=1)}},
         notes={"gate_strength": 0.5, "keys": "L2-normalised", "chunk_size": 64,

@@ -73,17 +73,19 @@ def test_compiled_head_dims_128_within_budget():
     _three_way(inputs, _cotangents(6, 1, 512, 2, 128, 128, 1, jnp.bfloat16))
 
 
-def test_compiled_fused_and_unfused_backward_agree():
-    """The two backward paths on the target's head size (bf16, K = V = 128): the same sums."""
+@pytest.mark.parametrize("unfused", ["backward", "forward"])
+def test_compiled_fused_and_unfused_agree(unfused):
+    """The fused and unfused backward (forward) paths on the target's head size (bf16, K = V = 128): the
+    same sums."""
     B, T, H, K, V = 2, 2048, 4, 128, 128
     inputs = kda_inputs(7, B, T, H, K, V, dtype=jnp.bfloat16, initial_state=False)
     cts = _cotangents(8, B, T, H, K, V, B, jnp.bfloat16)
-    _, fused = _run(workbench.chunk_kda, inputs, cts)
-    _, unfused = _run(workbench.chunk_kda, inputs, cts, tuning=Tuning(fused_backward=False))
-    for n in fused:
-        x, y = fused[n].astype(jnp.float32), unfused[n].astype(jnp.float32)
+    out_f, fused = _run(workbench.chunk_kda, inputs, cts)
+    out_u, other = _run(workbench.chunk_kda, inputs, cts, tuning=Tuning(**{f"fused_{unfused}": False}))
+    for n, x, y in (("o", *out_f[:1], *out_u[:1]), *((f"d{n}", fused[n], other[n]) for n in fused)):
+        x, y = x.astype(jnp.float32), y.astype(jnp.float32)
         gap = float(jnp.linalg.norm(x - y) / jnp.linalg.norm(y))
-        assert gap < 1e-2, f"d{n}: fused vs unfused RMS-relative gap {gap:.2e}"
+        assert gap < 1e-2, f"{n}: fused vs unfused {unfused} RMS-relative gap {gap:.2e}"
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])

@@ -207,9 +207,9 @@ def test_every_intra_path_in_one_call(dtype):
                          ids=lambda d: jnp.dtype(d).name)
 def test_whole_chunk_products_equal_sub_chunk_products(dtype):
     """(kda.17) Whole-chunk products = sub-chunk products (`Tuning(whole_chunk=False)`): the forward's L
-    (so A) and Aqk, and every output and gradient, round by round over the distinct configs of both intra
-    kernels: a full chunk of 64 and a short one, mild gates (every chunk takes the whole-chunk path by
-    default)."""
+    (so A) and Aqk, and every output and gradient, round by round over the distinct configs of the fused
+    forward and the backward's intra kernel: a full chunk of 64 and a short one, mild gates (every chunk
+    takes the whole-chunk path by default)."""
     from workbench import kda
 
     from workbench.kda.kernels import WHOLE_RANGE
@@ -223,7 +223,7 @@ def test_whole_chunk_products_equal_sub_chunk_products(dtype):
     forward = jax.jit(kda._forward, static_argnums=7)
     # bfloat16: both sides round the same float32 sums, which differ in their last bits, to bfloat16
     tol = EXACT if dtype == jnp.float32 else 4e-3
-    names = ("chunk_kda_intra_kernel", "chunk_kda_bwd_intra_kernel")
+    names = ("chunk_kda_fwd_prep_kernel", "chunk_kda_bwd_intra_kernel")
     distinct = [sorted({tuple(sorted(c.kwargs.items())): i
                         for i, c in enumerate(launch.autotune_configs(getattr(kernels, n)))}.values()) for n in names]
     for round_ in range(max(map(len, distinct))):
@@ -292,6 +292,28 @@ def test_varlen_equals_per_sequence_loop():
         assert_same(sliced, alone)
 
 
+def test_fused_and_unfused_forward_agree():
+    """The fused forward (`chunk_kda_fwd_prep_kernel`: b, A, Aqk, w, u, k̂, q̄ in one program per chunk) and
+    the three kernels it replaces store the same residuals and give the same outputs and gradients,
+    bit for bit in the interpreter (the same sums in the same order), both dtypes, a partial chunk."""
+    from workbench import kda
+
+    for dtype in (jnp.float32, jnp.bfloat16):
+        inputs = kda_inputs(13, 1, 40, 2, 24, 20, dtype=dtype, strength=1.0)
+        rows = [inputs[n][0] for n in ("q", "k", "v", "g", "beta")]
+        cu = jnp.asarray([0, 40], jnp.int32)
+        forward = jax.jit(kda._forward, static_argnums=7)
+        fused, unfused = (forward(*rows, inputs["initial_state"], cu,
+                                  kda._Static(scale=0.3, chunk_size=16, tuning=Tuning(fused_forward=f)))
+                          for f in (True, False))
+        for name, got, want in zip(("o", "final", "b", "A", "Aqk", "w", "hs", "delta"),
+                                   (*fused[:2], *fused[2]), (*unfused[:2], *unfused[2])):
+            if name == "hs":  # its unused chunk slots hold whatever the buffer held; o and final read the rest
+                continue
+            assert np.array_equal(np.asarray(got.astype(jnp.float32)), np.asarray(want.astype(jnp.float32))), (
+                jnp.dtype(dtype).name, name)
+
+
 @pytest.mark.slow
 def test_fused_and_unfused_backward_agree():
     """The fused WY + dq/dk/dg kernel and the two-kernel variant compute the same sums (in CI the
@@ -305,7 +327,7 @@ def test_fused_and_unfused_backward_agree():
 
 # ----------------------------------------------------------------------------- tuning
 
-CHUNK_AUTOTUNED = ("chunk_kda_intra_kernel", "chunk_kda_wu_kernel", "chunk_kda_h_kernel", "chunk_kda_o_kernel", "chunk_kda_dh_kernel",
+CHUNK_AUTOTUNED = ("chunk_kda_fwd_prep_kernel", "chunk_kda_intra_kernel", "chunk_kda_wu_kernel", "chunk_kda_h_kernel", "chunk_kda_o_kernel", "chunk_kda_dh_kernel",
                    "chunk_kda_bwd_wy_dqkg_fused_kernel", "chunk_kda_bwd_intra_kernel", "chunk_kda_bwd_inter_kernel",
                    "chunk_kda_bwd_wy_kernel", "recurrent_kda_fwd_kernel")
 
@@ -344,10 +366,41 @@ def test_two_level_state_pass_equals_one_sweep(packed, segments):
     assert_same(outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(segments=segments), **extra), one)
 
 
+def test_output_formed_in_the_resweep_equals_the_output_kernel():
+    """(kda.18, kda.6) With segments the forward re-sweep forms o itself (`Tuning.fused_output`): the same
+    o as the output kernel reading back the stored states and δ (the same products of the same roundings;
+    the interpreter's float32 matmuls of other block widths differ in the last bits, which bfloat16 o
+    rounds either way), the same final state; for the training forward it stores those states and δ, the
+    same bits; the forward alone stores neither. Packed sequences, one long (3 segments), a short, an
+    empty one, an initial state."""
+    from workbench import kda
+
+    cu = jnp.asarray(ONE_LONG, jnp.int32)
+    forward = jax.jit(kda._forward, static_argnums=(7, 8))
+    used = np.asarray(chunk_bounds(cu, ONE_LONG[-1], 16))
+    used = used[:, 0] < used[:, 1]
+    for dtype in (jnp.float32, jnp.bfloat16):
+        inputs = kda_inputs(64, 1, ONE_LONG[-1], 2, 16, 24, dtype=dtype, strength=0.5, n_seqs=len(ONE_LONG) - 1)
+        rows = [inputs[n][0] for n in ("q", "k", "v", "g", "beta")]
+        for save in (False, True):
+            fused, plain = (forward(*rows, inputs["initial_state"], cu, kda._Static(
+                scale=0.25, chunk_size=16, tuning=Tuning(segments=3, fused_output=f)), save) for f in (True, False))
+            pairs = [("o", fused[0], plain[0]), ("final_state", fused[1], plain[1])]
+            if save:
+                pairs += [("hs", fused[2][4][used], plain[2][4][used]), ("delta", fused[2][5], plain[2][5])]
+            else:
+                assert fused[2][4] is None and fused[2][5] is None
+            for name, got, want in pairs:
+                err = testing.rms_rel(got, want)
+                tol = EXACT if name == "o" and dtype == jnp.float32 else 4e-3 if name == "o" else 0.0
+                assert err <= tol, (jnp.dtype(dtype).name, save, name, err)
+
+
 def test_every_two_level_config_gives_the_same_answer(tuning_problem):
-    """Each distinct block size of the segment sweep and the re-sweep, forward and backward, against one sweep."""
+    """Each distinct block size of the segment sweep and the re-sweeps (the backward's, the forward's that
+    forms o), forward and backward, against one sweep."""
     inputs, cts, expected = tuning_problem
-    for name in ("chunk_kda_segment_kernel", "chunk_kda_resweep_kernel"):
+    for name in ("chunk_kda_segment_kernel", "chunk_kda_resweep_kernel", "chunk_kda_resweep_o_kernel"):
         configs = launch.autotune_configs(getattr(kernels, name))
         distinct = {tuple(sorted(c.kwargs.items())): i for i, c in enumerate(configs)}
         assert len(distinct) >= 2, name
@@ -391,8 +444,8 @@ def tuning_problem():
 
 
 def test_every_autotune_config_gives_the_same_answer(tuning_problem):
-    """Every config of every autotuned kernel against every kernel at its first (the unfused kernels
-    against the fused default). In the interpreter num_warps and num_stages change nothing, so each
+    """Every config of every autotuned kernel against every kernel at its first (the unfused kernels, forward
+    and backward, against the fused default). In the interpreter num_warps and num_stages change nothing, so each
     distinct set of block sizes runs once; round i runs every kernel at its i-th set (its last, when it
     has fewer), so a few forward+backward runs cover them all."""
     inputs, cts, expected = tuning_problem
@@ -410,7 +463,8 @@ def test_every_autotune_config_gives_the_same_answer(tuning_problem):
                 stack.enter_context(launch.interpreter_config(getattr(kernels, name), index))
                 covered[name].add(index)
             runs = {"fused": (outputs_and_grads(inputs, cts, chunk_size=16), expected["chunk"]),
-                    "unfused": (outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(fused_backward=False)),
+                    "unfused": (outputs_and_grads(inputs, cts, chunk_size=16,
+                                                  tuning=Tuning(fused_backward=False, fused_forward=False)),
                                 expected["chunk"]),
                     "recurrent": (outputs_and_grads(inputs, cts, op=workbench.recurrent_kda), expected["recurrent"])}
             runs = jax.block_until_ready(runs)

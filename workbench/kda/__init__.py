@@ -56,6 +56,13 @@ class Tuning:
     whole_chunk: (chunk_kda) True forms L and Aqk of a chunk whose log-decays span at most
         `kernels.WHOLE_RANGE` with two whole-chunk products, and their backward with four (NOTES.md,
         kda.17); False always sub-chunk by sub-chunk (for testing that path on mild gates, and timing).
+    fused_forward: (chunk_kda) True runs everything before the state sweep (b, A, Aqk, w, u, k̂, q̄) in one
+        kernel per chunk, each part reading what the one before stored while it is still in cache; False in
+        three (the cumsum, intra and wu kernels; for timing the fusion).
+    fused_output: (chunk_kda) with more than one segment, True forms the output in the forward re-sweep,
+        chunk by chunk from the state and δ it holds (which it then stores only for a backward); False
+        stores them for the output kernel (for timing the fusion). One sweep per sequence always uses the
+        output kernel.
     segments: (chunk_kda) the two-level state pass (NOTES.md, kda.18): both state sweeps cut every sequence
         into this many segments, each swept from zero beside the identity, the true entering states
         carried across them, then each swept again from its own; 1 is one sweep per sequence; None
@@ -64,6 +71,8 @@ class Tuning:
 
     backward: Literal["triton", "reference"] = "triton"
     fused_backward: bool = True
+    fused_forward: bool = True
+    fused_output: bool = True
     whole_chunk: bool = True
     segments: int | None = None
 
@@ -220,10 +229,12 @@ def _whole_span(static: _Static) -> float:
 
 
 def _state_sweep(q, k, khat, w, u, do, b, Aqk, init, cu, bounds, static: _Static, tune, *, reverse: bool,
-                 states_dtype):
-    """(final, states [NS, H, K, V], δ [TT, H, V]) of the forward sweep (kda.4: from h0, hs at chunk starts, δ)
-    or, with `reverse`, of the backward one (kda.9: from dH at the end, dH at chunk ends, dδ): one sweep per
-    sequence, or the two-level pass of (kda.18) with `static.tuning.segments` segments."""
+                 states_dtype, qbar=None, save: bool = True):
+    """(final, states [NS, H, K, V], δ [TT, H, V], o) of the forward sweep (kda.4: from h0, hs at chunk
+    starts, δ) or, with `reverse`, of the backward one (kda.9: from dH at the end, dH at chunk ends, dδ): one
+    sweep per sequence, or the two-level pass of (kda.18) with `static.tuning.segments` segments. o is None
+    unless the forward's re-sweep formed the output (`Tuning.fused_output`, given `qbar`); then states and δ
+    are None unless `save`."""
     values = do if reverse else u
     TT, H, _ = w.shape
     K, V, BK = _dims(w, values)
@@ -239,15 +250,16 @@ def _state_sweep(q, k, khat, w, u, do, b, Aqk, init, cu, bounds, static: _Static
     if n_seg == 1:
         grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H)  # noqa: E731
         if reverse:
-            return triton_call(q, k, w, b, Aqk, do, init, cu, bounds, kernel=kernels.chunk_kda_dh_kernel,
-                               out_shape=[state(N), state(NS), rows_v], grid=grid, tune_inputs=tune,
-                               name="workbench_kda_dh", scale=static.scale, **common)
-        return triton_call(khat, w, u, b, init, cu, bounds, kernel=kernels.chunk_kda_h_kernel,
-                           out_shape=[state(N), state(NS, states_dtype), rows_v], grid=grid, tune_inputs=tune,
-                           name="workbench_kda_h", **common)
+            return (*triton_call(q, k, w, b, Aqk, do, init, cu, bounds, kernel=kernels.chunk_kda_dh_kernel,
+                                 out_shape=[state(N), state(NS), rows_v], grid=grid, tune_inputs=tune,
+                                 name="workbench_kda_dh", scale=static.scale, **common), None)
+        return (*triton_call(khat, w, u, b, init, cu, bounds, kernel=kernels.chunk_kda_h_kernel,
+                             out_shape=[state(N), state(NS, states_dtype), rows_v], grid=grid, tune_inputs=tune,
+                             name="workbench_kda_h", **common), None)
     segment = dict(scale=static.scale, NSEG=n_seg, REVERSE=reverse, **common)
+    A_sweep = Aqk if reverse else None  # the forward sweeps read no Aqk (the fused output below does)
     ends, trans = triton_call(
-        q, k, khat, w, u, do, b, Aqk, cu, bounds, kernel=kernels.chunk_kda_segment_kernel,
+        q, k, khat, w, u, do, b, A_sweep, cu, bounds, kernel=kernels.chunk_kda_segment_kernel,
         out_shape=[state(N * n_seg), state(N * n_seg, cols=K)],
         grid=lambda meta: (triton.cdiv(V + K, meta["BV"]), N * H * n_seg), tune_inputs=tune,
         name="workbench_kda_segment_sweep", **segment)
@@ -255,12 +267,19 @@ def _state_sweep(q, k, khat, w, u, do, b, Aqk, init, cu, bounds, static: _Static
         ends, trans, init, kernel=kernels.chunk_state_pass_kernel, out_shape=[state(N * n_seg), state(N)],
         grid=(triton.cdiv(V, 32), N * H), name="workbench_kda_state_pass", H=H, K=K, V=V, BK=BK, BV=32, NSEG=n_seg,
         REVERSE=reverse, MATRIX=True)
+    grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H * n_seg)  # noqa: E731
+    if not reverse and qbar is not None and static.tuning.fused_output:
+        unused = jax.ShapeDtypeStruct((1,), states_dtype)  # never written: STORE is off
+        o, states, delta = triton_call(
+            khat, w, u, b, qbar, Aqk, starts, cu, bounds, kernel=kernels.chunk_kda_resweep_o_kernel,
+            out_shape=[rows_v] + ([state(NS, states_dtype), rows_v] if save else [unused, unused]), grid=grid,
+            tune_inputs=tune, name="workbench_kda_resweep_o", NSEG=n_seg, STORE=save, **common)
+        return (final, states, delta, o) if save else (final, None, None, o)
     states, delta = triton_call(
-        q, k, khat, w, u, do, b, Aqk, starts, cu, bounds, kernel=kernels.chunk_kda_resweep_kernel,
-        out_shape=[state(NS, states_dtype), rows_v],
-        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H * n_seg), tune_inputs=tune,
+        q, k, khat, w, u, do, b, A_sweep, starts, cu, bounds, kernel=kernels.chunk_kda_resweep_kernel,
+        out_shape=[state(NS, states_dtype), rows_v], grid=grid, tune_inputs=tune,
         name="workbench_kda_resweep", **segment)
-    return final, states, delta
+    return final, states, delta, None
 
 
 def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
@@ -276,23 +295,31 @@ def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
     NS = bounds.shape[0]
     f32 = jnp.float32
     common = dict(H=H, K=K, BT=BT, BK=BK)
-    b = triton_call(g, bounds, kernel=kernels.chunk_cumsum_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, K), f32),
-                    grid=(NS, H), tune_inputs=tune, name="workbench_kda_cumsum", **common)
-    A, Aqk = triton_call(q, k, b, beta, bounds, kernel=kernels.chunk_kda_intra_kernel,
-                         out_shape=[jax.ShapeDtypeStruct((TT, H, BT), f32), jax.ShapeDtypeStruct((TT, H, BT), q.dtype)],
-                         grid=(NS, H), tune_inputs=tune, name="workbench_kda_intra", scale=static.scale,
-                         F32_DOT=_f32_dot(q), WHOLE_SPAN=_whole_span(static), INV_DOT=_inv_dot(q), **common)
+    b_shape = jax.ShapeDtypeStruct((TT, H, K), f32)
+    A_shapes = [jax.ShapeDtypeStruct((TT, H, BT), f32), jax.ShapeDtypeStruct((TT, H, BT), q.dtype)]
     rows_k = jax.ShapeDtypeStruct(k.shape, k.dtype)
-    w, u, qbar, khat = triton_call(q, k, v, b, beta, A, bounds, kernel=kernels.chunk_kda_wu_kernel,
-                                   out_shape=[rows_k, jax.ShapeDtypeStruct(v.shape, v.dtype), rows_k, rows_k],
-                                   grid=(NS, H), tune_inputs=tune, name="workbench_kda_wu", scale=static.scale,
-                                   H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
-    ht, hs, delta = _state_sweep(None, None, khat, w, u, None, b, None, h0, cu, bounds, static, tune, reverse=False,
-                                 states_dtype=f32 if save else q.dtype)
-    o = triton_call(qbar, Aqk, delta, hs, bounds, kernel=kernels.chunk_kda_o_kernel,
-                    out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
-                    grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), tune_inputs=tune, name="workbench_kda_o",
-                    V=V, F32_DOT=_f32_dot(q), **common)
+    wu_shapes = [rows_k, jax.ShapeDtypeStruct(v.shape, v.dtype), rows_k, rows_k]  # w, u, q̄, k̂
+    intra = dict(scale=static.scale, F32_DOT=_f32_dot(q), WHOLE_SPAN=_whole_span(static), INV_DOT=_inv_dot(q),
+                 **common)
+    if static.tuning.fused_forward:
+        b, A, Aqk, w, u, qbar, khat = triton_call(
+            q, k, v, g, beta, bounds, kernel=kernels.chunk_kda_fwd_prep_kernel, out_shape=[b_shape, *A_shapes, *wu_shapes],
+            grid=(NS, H), tune_inputs=tune, name="workbench_kda_fwd_prep", V=V, **intra)
+    else:
+        b = triton_call(g, bounds, kernel=kernels.chunk_cumsum_kernel, out_shape=b_shape, grid=(NS, H),
+                        tune_inputs=tune, name="workbench_kda_cumsum", **common)
+        A, Aqk = triton_call(q, k, b, beta, bounds, kernel=kernels.chunk_kda_intra_kernel, out_shape=A_shapes,
+                             grid=(NS, H), tune_inputs=tune, name="workbench_kda_intra", **intra)
+        w, u, qbar, khat = triton_call(q, k, v, b, beta, A, bounds, kernel=kernels.chunk_kda_wu_kernel,
+                                       out_shape=wu_shapes, grid=(NS, H), tune_inputs=tune, name="workbench_kda_wu",
+                                       scale=static.scale, H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
+    ht, hs, delta, o = _state_sweep(None, None, khat, w, u, None, b, Aqk, h0, cu, bounds, static, tune,
+                                    reverse=False, states_dtype=f32 if save else q.dtype, qbar=qbar, save=save)
+    if o is None:
+        o = triton_call(qbar, Aqk, delta, hs, bounds, kernel=kernels.chunk_kda_o_kernel,
+                        out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
+                        grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), tune_inputs=tune,
+                        name="workbench_kda_o", V=V, F32_DOT=_f32_dot(q), **common)
     return o, ht, (b, A, Aqk, w, hs, delta)
 
 
@@ -312,7 +339,7 @@ def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static):
     matrix = jax.ShapeDtypeStruct((TT, H, BT), f32)
     dv_shape = jax.ShapeDtypeStruct(v.shape, v.dtype)
     common = dict(H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
-    dh0, dhs, ddelta = _state_sweep(q, k, None, w, None, do, b, Aqk, dht, cu, bounds, static, tune, reverse=True,
+    dh0, dhs, ddelta, _ = _state_sweep(q, k, None, w, None, do, b, Aqk, dht, cu, bounds, static, tune, reverse=True,
                                     states_dtype=f32)
     if static.tuning.fused_backward:
         a_t_pointer, trans_a = WY_VARIANTS[static.wy_variant]

@@ -41,9 +41,9 @@ from ..chunk_gla.kernels import (BC, RHO, SUB_CHUNK, _chunk, _configs, _exp, _in
 from ..launch import given
 from ..tl_helpers import sequence_bounds
 
-__all__ = ["chunk_cumsum_kernel", "chunk_kda_intra_kernel", "chunk_kda_wu_kernel", "chunk_kda_h_kernel",
-           "chunk_kda_o_kernel", "chunk_kda_dh_kernel", "chunk_kda_bwd_wy_dqkg_fused_kernel",
-           "chunk_kda_bwd_inter_kernel", "chunk_kda_bwd_wy_kernel", "chunk_kda_bwd_intra_kernel",
+__all__ = ["chunk_cumsum_kernel", "chunk_kda_intra_kernel", "chunk_kda_wu_kernel", "chunk_kda_fwd_prep_kernel",
+           "chunk_kda_h_kernel", "chunk_kda_o_kernel", "chunk_kda_resweep_o_kernel", "chunk_kda_dh_kernel",
+           "chunk_kda_bwd_wy_dqkg_fused_kernel", "chunk_kda_bwd_inter_kernel", "chunk_kda_bwd_wy_kernel", "chunk_kda_bwd_intra_kernel",
            "recurrent_kda_fwd_kernel", "recurrent_kda_bwd_kernel", "CHUNK"]
 
 LOG2_BC = tl.constexpr(SUB_CHUNK.bit_length() - 1)  # BC = 2^LOG2_BC
@@ -138,16 +138,24 @@ def chunk_kda_intra_kernel(q, k, b, beta, bounds,  # inputs
                            scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                            BK: tl.constexpr, BKC: tl.constexpr, F32_DOT: tl.constexpr, WHOLE_SPAN: tl.constexpr,
                            INV_DOT: tl.constexpr):
-    """(kda.3, kda.6) L and Aqk, then (kda.5) A = (I + L)⁻¹ in place, its products at INV_DOT ("ieee" for
-    float32 inputs; "tf32x3", three tf32 tensor-core passes, for bfloat16 inputs). Where the chunk's log-decays span
-    at most WHOLE_SPAN (kda.17) both come from two whole-chunk products through the midpoint of b;
-    otherwise sub-chunk by sub-chunk (the own block in the same product where its log-decays span at
-    most RHO, kda.16, else elementwise). BK covers all of K (the spans, the elementwise path); the
-    products run over key blocks of BKC."""
+    """(kda.3, kda.6, kda.5) A and Aqk of one chunk (`_intra`)."""
     i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
     start, end = _chunk(bounds, i_s)
     if start >= end:
         return
+    _intra(q, k, b, beta, A, Aqk, start, end, i_h, scale, H, K, BT, BK, BKC, F32_DOT, WHOLE_SPAN, INV_DOT)
+
+
+@triton.jit
+def _intra(q, k, b, beta, A, Aqk, start, end, i_h, scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr,
+           BT: tl.constexpr, BK: tl.constexpr, BKC: tl.constexpr, F32_DOT: tl.constexpr, WHOLE_SPAN: tl.constexpr,
+           INV_DOT: tl.constexpr):
+    """(kda.3, kda.6) L and Aqk of the chunk [start, end), then (kda.5) A = (I + L)⁻¹ in place, its products
+    at INV_DOT ("ieee" for float32 inputs; "tf32x3", three tf32 tensor-core passes, for bfloat16 inputs).
+    Where the chunk's log-decays span at most WHOLE_SPAN (kda.17) both come from two whole-chunk products
+    through the midpoint of b; otherwise sub-chunk by sub-chunk (the own block in the same product where its
+    log-decays span at most RHO, kda.16, else elementwise). BK covers all of K (the spans, the elementwise
+    path); the products run over key blocks of BKC. Ends with a barrier: A is visible to every thread."""
     o_kf = tl.arange(0, BK)
     m_kf = o_kf < K
     o_t = tl.arange(0, BT)
@@ -252,14 +260,21 @@ def chunk_kda_wu_kernel(q, k, v, b, beta, A, bounds,  # inputs
                         w, u, qbar, khat,  # outputs in the inputs' dtype: w, q̄, k̂ [TT, H, K]; u [TT, H, V]
                         scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                         BV: tl.constexpr, F32_DOT: tl.constexpr):
-    """(kda.3) w = A (β ⊙ k ⊙ exp b), u = A (β ⊙ v); and the sweep's k̂ = k ⊙ exp(b_L − b) (kda.4) and the
-    output's q̄ = scale · q ⊙ exp b (kda.6), stored rounded as their products round them (the sweep and
-    the output then read one tile in the inputs' dtype, not q or k and float32 b). Columns of K and V
-    BV at a time."""
+    """(kda.3, kda.4, kda.6) w, u, k̂ and q̄ of one chunk (`_wu`)."""
     i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
     start, end = _chunk(bounds, i_s)
     if start >= end:
         return
+    _wu(q, k, v, b, beta, A, w, u, qbar, khat, start, end, i_h, scale, H, K, V, BT, BV, F32_DOT)
+
+
+@triton.jit
+def _wu(q, k, v, b, beta, A, w, u, qbar, khat, start, end, i_h, scale: tl.constexpr, H: tl.constexpr,
+        K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+    """(kda.3) w = A (β ⊙ k ⊙ exp b), u = A (β ⊙ v); and the sweep's k̂ = k ⊙ exp(b_L − b) (kda.4) and the
+    output's q̄ = scale · q ⊙ exp b (kda.6), stored rounded as their products round them (the sweep and
+    the output then read one tile in the inputs' dtype, not q or k and float32 b). Columns of K and V
+    BV at a time."""
     rows = start + tl.arange(0, BT)
     m_t = rows < end
     dtype = w.dtype.element_ty
@@ -285,6 +300,45 @@ def chunk_kda_wu_kernel(q, k, v, b, beta, A, bounds,  # inputs
         b_vb = _rows(v, rows, m_t, i_h, o_v, m_v, H, V).to(tl.float32) * b_beta[:, None]
         b_u = tl.dot(b_A, b_vb.to(dtype), input_precision=F32_DOT)  # [BT, BV]
         tl.store(u + (rows[:, None] * H + i_h) * V + o_v[None, :], b_u.to(dtype), mask=m_t[:, None] & m_v[None, :])
+
+
+def _prep_configs():
+    """(BKC, BV) of the fused forward at 4 or 8 warps (at 2, where the intra kernel alone ran best, every
+    config spills at K = V = 128), 1 or 2 pipeline stages."""
+    return [triton.Config({"BKC": bkc, "BV": bv}, num_warps=w, num_stages=st)
+            for bkc in (32, 64) for bv in (32, 64) for w in (4, 8) for st in (1, 2)]
+
+
+def _prune_prep(configs, named_args, **_):
+    return _prune("BV", "v")(_prune("BKC", "q")(configs, named_args), named_args)
+
+
+@triton.autotune(configs=_prep_configs(), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": _prune_prep})
+@triton.jit
+def chunk_kda_fwd_prep_kernel(q, k, v, g, beta, bounds,  # inputs
+                              b, A, Aqk, w, u, qbar, khat,  # outputs: b, A float32; the rest in the inputs' dtype
+                              scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                              BT: tl.constexpr, BK: tl.constexpr, BKC: tl.constexpr, BV: tl.constexpr,
+                              F32_DOT: tl.constexpr, WHOLE_SPAN: tl.constexpr, INV_DOT: tl.constexpr):
+    """Everything of one chunk before the state sweep, in one program: (kda.2) b = the chunk's prefix sums
+    of g, then A and Aqk (`_intra`), then w, u, k̂, q̄ (`_wu`). Each part reads back what the part before
+    stored (b; A) and the chunk's q, k: this program's own recent stores and loads, mostly from L2, where
+    three kernels read them from memory three times."""
+    i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    start, end = _chunk(bounds, i_s)
+    if start >= end:
+        return
+    rows = start + tl.arange(0, BT)
+    m_t = rows < end
+    for i_k in range(0, tl.cdiv(K, BKC)):
+        o_k = i_k * BKC + tl.arange(0, BKC)
+        m_k = o_k < K
+        tl.store(b + (rows[:, None] * H + i_h) * K + o_k[None, :],
+                 tl.cumsum(_tile(g, rows, m_t, i_h, o_k, m_k, H, K), axis=0), mask=m_t[:, None] & m_k[None, :])
+    tl.debug_barrier()  # b is read back below by other threads of this program
+    _intra(q, k, b, beta, A, Aqk, start, end, i_h, scale, H, K, BT, BK, BKC, F32_DOT, WHOLE_SPAN, INV_DOT)
+    _wu(q, k, v, b, beta, A, w, u, qbar, khat, start, end, i_h, scale, H, K, V, BT, BV, F32_DOT)
 
 
 @triton.autotune(configs=_configs("BV", (16, 32, 64)), key=["H", "K", "V", "BT"],
@@ -475,6 +529,41 @@ def chunk_kda_resweep_kernel(q, k, khat, w, u, do, b, Aqk, starts, cu_seqlens, b
         b_h, b_d = _kda_step(b_h, q, k, khat, w, u, do, b, Aqk, scale, rows, m_t, end, i_h, o_k, m_k, o_v, m_v, H, K,
                              V, BT, REVERSE, F32_DOT)
         tl.store(delta + (rows[:, None] * H + i_h) * V + o_v[None, :], b_d, mask=m_t[:, None] & m_v[None, :])
+
+
+@triton.autotune(configs=_configs("BV", (16, 32, 64)), key=["H", "K", "V", "BT", "NSEG", "STORE"],
+                 prune_configs_by={"early_config_prune": _prune("BV", "u")})
+@triton.jit
+def chunk_kda_resweep_o_kernel(khat, w, u, b, qbar, Aqk, starts, cu_seqlens, bounds,  # inputs
+                               o, states, delta,  # outputs: o [TT, H, V]; with STORE hs [NS, H, K, V], δ [TT, H, V]
+                               H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                               BK: tl.constexpr, BV: tl.constexpr, NSEG: tl.constexpr, STORE: tl.constexpr,
+                               F32_DOT: tl.constexpr):
+    """(kda.18, kda.6) The forward re-sweep of `chunk_kda_resweep_kernel` that also forms each chunk's output
+    o = q̄ h + Aqk δ from the state and δ it holds (the products and roundings of `chunk_kda_o_kernel`, so
+    the same o), instead of storing them for an output kernel to read back. With STORE (a backward will
+    need them) it stores hs and δ as well; without, `states` and `delta` are not touched."""
+    i_n, i_h, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state = _segment_prologue(
+        cu_seqlens, H, K, V, BT, BK, BV, NSEG)
+    b_h = tl.load(starts + i_row * K * V + p_state, mask=m_h, other=0.0)
+    for cc in range(0, c1 - c0):
+        i_s = first_slot + c0 + cc
+        if STORE:
+            tl.store(states + (i_s * H + i_h) * K * V + p_state, b_h.to(states.dtype.element_ty), mask=m_h)
+        start, end = _chunk(bounds, i_s)
+        rows = start + tl.arange(0, BT)
+        m_t = rows < end
+        m_tv = m_t[:, None] & m_v[None, :]
+        p_tv = (rows[:, None] * H + i_h) * V + o_v[None, :]
+        b_u = _rows(u, rows, m_t, i_h, o_v, m_v, H, V).to(tl.float32)
+        b_qbar = _rows(qbar, rows, m_t, i_h, o_k, m_k, H, K)  # [BT, BK]
+        dtype = b_qbar.dtype
+        b_o = tl.dot(b_qbar, b_h.to(dtype), input_precision=F32_DOT)  # the state at the chunk's start
+        b_h, b_d = _kda_h_step(b_h, b_u, khat, w, b, rows, m_t, end, i_h, o_k, m_k, H, K, F32_DOT)
+        if STORE:
+            tl.store(delta + p_tv, b_d, mask=m_tv)
+        b_o += tl.dot(_matrix(Aqk, rows, m_t, i_h, H, BT).to(dtype), b_d, input_precision=F32_DOT)
+        tl.store(o + p_tv, b_o.to(o.dtype.element_ty), mask=m_tv)
 
 
 # ----------------------------------------------------------------------------- backward: WY + dq/dk/dg

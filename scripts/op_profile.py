@@ -1,0 +1,119 @@
+"""Per-kernel GPU time of one op call at one shape, read from a JAX profiler trace (GPU only).
+
+    python scripts/op_profile.py --op chunk_kda --shape B=1,T=65536,H=16,K=128,V=128 \
+        --variants default,'one sweep','unfused forward' --passes forward,forward_backward
+    python scripts/op_profile.py --op flash_attention --shape B=4,T=4096,H=16,D=128,causal=1 --peers
+
+Inputs and cotangents as `workbench bench` makes them (`bench.OPS[op].inputs`, the bench's cotangent seed);
+each variant ('default' is the Triton path as shipped, the others are the op's bench variants) runs under
+`jax.jit` as the bench runs it (`bench.jax_calls`). Per variant and pass: the bench's timing (median of
+`--iters` samples of `--reps` back-to-back calls), then `--reps` calls under `jax.profiler.trace`; the
+trace's device events are summed per kernel name and divided by `--reps`: milliseconds and launches per
+call, and their sum (device busy time; the difference to the timing is launch gaps and host time).
+`--peers` adds the op's installed peers that run under JAX (cuDNN attention; torch peers are not traced).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import workbench  # noqa: E402, F401  (first: decides compiled vs interpreted Triton)
+
+import jax  # noqa: E402
+
+from workbench import bench, testing  # noqa: E402
+
+
+def parse_shape(text: str) -> dict[str, int]:
+    shape = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        if not value:
+            raise ValueError(f"--shape: expected NAME=INT pairs, got {part!r}")
+        shape[name.strip()] = int(value)
+    return shape
+
+
+def device_kernels(trace_dir: str) -> dict[str, list[float]]:
+    """Kernel name → durations (ms) of the GPU events in the perfetto trace written under `trace_dir`."""
+    (path,) = glob.glob(f"{trace_dir}/**/perfetto_trace.json.gz", recursive=True)
+    with gzip.open(path) as f:
+        trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    gpu_pids = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+                and "/device:GPU" in str(e.get("args", {}).get("name", ""))}
+    out = collections.defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("pid") in gpu_pids and "dur" in e:
+            out[e["name"]].append(e["dur"] / 1e3)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--op", required=True, choices=sorted(bench.OPS))
+    parser.add_argument("--shape", required=True, help="e.g. B=1,T=65536,H=16,K=128,V=128")
+    parser.add_argument("--variants", default="default", help="comma list: default and/or the op's bench variants")
+    parser.add_argument("--passes", default="forward", help="comma list of forward, forward_backward")
+    parser.add_argument("--peers", action="store_true", help="also the op's JAX peers (e.g. cuDNN)")
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--dtype", default=None, help="default: the op's bench dtype")
+    parser.add_argument("--top", type=int, default=12, help="kernels listed per run")
+    args = parser.parse_args()
+
+    op = bench.OPS[args.op]
+    shape = parse_shape(args.shape)
+    dtype = args.dtype or op.dtype
+    inputs = op.inputs(shape, dtype, 0)
+    outputs = jax.eval_shape(bench.jax_calls(op, "reference", inputs, []).forward)
+    cotangents = testing.random_cotangents(1000, outputs)
+    names = [v for v in args.variants.split(",") if v]
+    chosen = bench.chosen_variants(args.op, [v for v in names if v != "default"])
+    runs = [(("triton" if v == "default" else f"triton[{v}]"),
+             (lambda opts=({} if v == "default" else chosen[v]): bench.jax_calls(op, "triton", inputs, cotangents,
+                                                                                   **opts)))
+            for v in names]
+    if args.peers:
+        for peer in op.peers:
+            try:
+                bench._import_peer(peer.module)
+            except Exception as exc:  # noqa: BLE001 — a missing peer is reported, not fatal
+                print(f"{peer.name}: not available ({exc})")
+                continue
+            runs.append((peer.name, lambda peer=peer: peer.setup(inputs, cotangents)))
+    print(f"{args.op} {shape} {dtype} on {jax.devices()[0].device_kind}; {args.iters} samples of {args.reps} calls",
+          flush=True)
+    for label, make in runs:
+        calls = make()
+        for pass_ in args.passes.split(","):
+            fn = getattr(calls, pass_)
+            stats, _ = bench.time_ms(fn, calls.block, args.iters, reps=args.reps)
+            with tempfile.TemporaryDirectory() as tmp:
+                jax.profiler.start_trace(tmp, create_perfetto_trace=True)
+                for _ in range(args.reps):
+                    out = fn()
+                calls.block(out)
+                jax.profiler.stop_trace()
+                kernels = device_kernels(tmp)
+            per_call = sorted(((sum(d) / args.reps, len(d) / args.reps, n) for n, d in kernels.items()), reverse=True)
+            busy = sum(ms for ms, _, _ in per_call)
+            print(f"\n{label} {pass_}: {stats['median']:.3f} ms per call (bench timing), device busy {busy:.3f} ms",
+                  flush=True)
+            for ms, count, name in per_call[:args.top]:
+                print(f"  {ms:8.3f} ms  {count:4.1f}×  {name[:110]}")
+            if len(per_call) > args.top:
+                print(f"  {sum(ms for ms, _, _ in per_call[args.top:]):8.3f} ms  in {len(per_call) - args.top} more")
+
+
+if __name__ == "__main__":
+    main()
