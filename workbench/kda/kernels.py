@@ -7,6 +7,8 @@ slot; per-chunk states stored by slot). The per-chunk matrices A, Aqk, dAqk and 
 chunk's matrix at the row of token r, columns by position in the chunk (NOTES.md, "Where A lives").
 
 chunked forward
+* `chunk_kda_fwd_prep_kernel` (slot, head): the next three kernels' work in one program per chunk (the
+  default; `Tuning(fused_forward=False)` runs the three).
 * `chunk_cumsum_kernel` (chunk_gla's): b, chunk-local prefix sums of the log-decays (kda.2).
 * `chunk_kda_intra_kernel` (slot, head): L and Aqk (kda.3, kda.6; whole-chunk products by kda.17 where
   the decays allow, else by sub-chunks, the own block by kda.16 where it can), then A = (I + L)⁻¹ in
@@ -14,6 +16,9 @@ chunked forward
 * `chunk_kda_wu_kernel` (slot, head): the WY vectors w, u (kda.3); k̂ for the sweep, q̄ for the output.
 * `chunk_kda_h_kernel` (V block, sequence·head): the state sweep, δ = u − w h (kda.4).
 * `chunk_kda_o_kernel` (V block, slot, head): o = q̄ h + Aqk δ (kda.6).
+* with segments (kda.18): `chunk_kda_segment_kernel`, chunk_gla's `chunk_state_pass_kernel`, then
+  `chunk_kda_resweep_o_kernel` (the re-sweep forming o as it goes) or `chunk_kda_resweep_kernel` + the o
+  kernel; backward: the same three with REVERSE, `chunk_kda_resweep_kernel` storing dH and dδ.
 chunked backward
 * `chunk_kda_dh_kernel` (V block, sequence·head): dδ and the reverse state sweep (kda.9).
 * `chunk_kda_bwd_wy_dqkg_fused_kernel` (slot, head): the WY backward and the state parts of
