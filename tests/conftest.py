@@ -16,6 +16,14 @@ jax.config.update("jax_enable_x64", True)
 # notebooks' kernels under nbmake. WORKBENCH_CHECK_BOUNDS=0 turns it off.
 os.environ.setdefault(launch.CHECK_BOUNDS_VARIABLE, "1")
 PROFILE = load_profile()
+if launch.INTERPRET:
+    # The CPU suite compiles thousands of small XLA programs (references, float64 oracles, the glue around
+    # the interpreted kernels): at these sizes LLVM's optimisation passes are most of the compile time and
+    # buy nothing (the kda tests ran 174 → 121 s). Read when JAX first starts its CPU backend, which no
+    # import above does; inherited by the notebooks' kernels and the multi-process workers.
+    os.environ["XLA_FLAGS"] = " ".join(
+        [os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0",
+         "--xla_llvm_disable_expensive_passes=true"]).strip()
 
 
 def pytest_report_header(config):
