@@ -102,8 +102,12 @@ MASKS = {
         12, 16, dict(causal=True, sliding_window=2, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k),
         dict(causal=True, window=(2, 0), cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)),
 }
-masks = {name: allowed_mask(1, Tq, Tk, **mask_args)[0] for name, (Tq, Tk, _, mask_args) in MASKS.items()}
+# the eight masks in one `jax.jit` program: op by op, a CPU would spend most of this cell compiling each
+# small operation at each shape
+masks = dict(zip(MASKS, jax.jit(lambda: [allowed_mask(1, Tq, Tk, **mask_args)[0]
+                                         for Tq, Tk, _, mask_args in MASKS.values()])()))
 display(plots.mask_grid(masks, ncols=4, title="allowed_mask: query i (rows) may attend to key j (dark)"))
+
 
 # %% [markdown]
 # The kernel draws the same masks. With $q = 0$ every allowed logit is 0, so
@@ -111,10 +115,18 @@ display(plots.mask_grid(masks, ncols=4, title="allowed_mask: query i (rows) may 
 # *is* row $i$ of $P$: its support is the mask the Triton kernel applied.
 
 # %%
-for name, (Tq, Tk, op_args, _) in MASKS.items():
-    q0 = jnp.zeros((1, Tq, 1, Tk), jnp.float32)
-    onehot = jnp.eye(Tk, dtype=jnp.float32)[None, :, None, :]  # [1, Tk, 1, D=Tk]
-    P = workbench.flash_attention(q0, onehot, onehot, **op_args, implementation="triton")[0, :, 0, :]
+@jax.jit  # the eight kernel calls in one XLA program, as in the masks above
+def kernel_probabilities():
+    """Per mask, P [Tq, Tk] as the Triton kernel applies it: rows o_i for q = 0 and one-hot values."""
+    Ps = []
+    for Tq, Tk, op_args, _ in MASKS.values():
+        q0 = jnp.zeros((1, Tq, 1, Tk), jnp.float32)
+        onehot = jnp.eye(Tk, dtype=jnp.float32)[None, :, None, :]  # [1, Tk, 1, D=Tk]
+        Ps.append(workbench.flash_attention(q0, onehot, onehot, **op_args, implementation="triton")[0, :, 0, :])
+    return Ps
+
+
+for name, P in zip(MASKS, kernel_probabilities()):
     A = np.asarray(masks[name])
     expected = A / np.maximum(A.sum(1, keepdims=True), 1)
     checks[f"mask: {name}"] = same = bool(np.array_equal(np.asarray(P) > 0, A)) and np.allclose(P, expected, atol=1e-6)
@@ -174,8 +186,10 @@ print(f"dense: lse {lse_dense:.4f}; |online lse - dense lse| = {abs(steps[-1]['l
 
 # The same row through the Triton kernel (its own tiles, float32) and the reference:
 qkv = [jnp.asarray(x)[None, :, None, :] for x in (q_row[None], k_row, v_row)]
-o_tri, lse_tri = workbench.flash_attention(*(x.astype(jnp.float32) for x in qkv), return_lse=True)
-o_ref, lse_ref = attention_ref(*qkv, scale=scale)
+# (each under `jax.jit` as in section 1: one XLA program, not op-by-op dispatch)
+o_tri, lse_tri = jax.jit(workbench.flash_attention, static_argnames="return_lse")(
+    *(x.astype(jnp.float32) for x in qkv), return_lse=True)
+o_ref, lse_ref = jax.jit(attention_ref, static_argnames="scale")(*qkv, scale=scale)
 print(f"Triton (float32) vs dense: o {testing.rms_rel(o_tri[0, 0, 0], o_dense):.1e}, "
       f"lse {abs(float(lse_tri[0, 0, 0]) - lse_dense):.1e};  reference (float64) vs dense: "
       f"o {testing.rms_rel(o_ref[0, 0, 0], o_dense):.1e}")
@@ -228,14 +242,23 @@ kq, kk, kv, ks = jax.random.split(jax.random.key(1), 4)
 q, k, v = (testing.normal(kx, shape) for kx, shape in ((kq, (B, Tq, H, D)), (kk, (B, Tk, H, D)), (kv, (B, Tk, H, D))))
 sinks = testing.normal(ks, (H,))
 half = Tk // 2
-o_a, lse_a = workbench.flash_attention(q, k[:, :half], v[:, :half], sinks=sinks, return_lse=True)
-o_b, lse_b = workbench.flash_attention(q, k[:, half:], v[:, half:], return_lse=True)
-lse_m = jnp.logaddexp(lse_a, lse_b)                               # [B, H, Tq]
-weight = lambda lse_part: jnp.exp(lse_part - lse_m).transpose(0, 2, 1)[..., None]  # noqa: E731  -> [B, Tq, H, 1]
-o_m = weight(lse_a) * o_a + weight(lse_b) * o_b
 
-o_w, lse_w = workbench.flash_attention(q, k, v, sinks=sinks, return_lse=True)
-o_64, lse_64 = attention_ref(*testing.to_float64((q, k, v)), scale=D ** -0.5, sinks=sinks.astype(jnp.float64))
+
+@jax.jit  # one XLA program for the three kernel calls, the merge and the reference
+def merge_halves(q, k, v, sinks):
+    """(o, lse) merged from the two halves, of one call on all keys, and of the float64 reference."""
+    o_a, lse_a = workbench.flash_attention(q, k[:, :half], v[:, :half], sinks=sinks, return_lse=True)
+    o_b, lse_b = workbench.flash_attention(q, k[:, half:], v[:, half:], return_lse=True)
+    lse_m = jnp.logaddexp(lse_a, lse_b)                               # [B, H, Tq]
+    weight = lambda lse_part: jnp.exp(lse_part - lse_m).transpose(0, 2, 1)[..., None]  # noqa: E731  -> [B, Tq, H, 1]
+    o_m = weight(lse_a) * o_a + weight(lse_b) * o_b
+
+    whole = workbench.flash_attention(q, k, v, sinks=sinks, return_lse=True)
+    ref = attention_ref(*testing.to_float64((q, k, v)), scale=D ** -0.5, sinks=sinks.astype(jnp.float64))
+    return (o_m, lse_m), whole, ref
+
+
+(o_m, lse_m), (o_w, lse_w), (o_64, lse_64) = merge_halves(q, k, v, sinks)
 for label, (o_x, lse_x), (o_y, lse_y) in (("merged vs whole (both Triton)", (o_m, lse_m), (o_w, lse_w)),
                                          ("merged vs float64 reference", (o_m, lse_m), (o_64, lse_64)),
                                          ("whole  vs float64 reference", (o_w, lse_w), (o_64, lse_64))):
@@ -283,43 +306,45 @@ def inputs(seed, dtype, extras, magnitude):
 
 
 def outputs_and_grads(x, cts, options, implementation):
-    """{"o", "lse", "dq", "dk", "dv", ("dsinks", "dbias")} of flash_attention for cotangents (do, dlse),
-    under `jax.jit` (one XLA program per case, not op-by-op dispatch): segment ids are its arguments,
-    the other options static."""
-    arrays = {n: a for n, a in options.items() if n == "segment_ids"}
-    static = tuple(sorted((n, a) for n, a in options.items() if n != "segment_ids"))
-    return _outputs_and_grads(x, cts, arrays, static, implementation)
-
-
-@functools.partial(jax.jit, static_argnums=(3, 4))
-def _outputs_and_grads(x, cts, arrays, static, implementation):
+    """{"o", "lse", "dq", "dk", "dv", ("dsinks", "dbias")} of flash_attention for cotangents (do, dlse)."""
     def fn(x):
-        return workbench.flash_attention(**x, **arrays, **dict(static), return_lse=True,
-                                         implementation=implementation)
+        return workbench.flash_attention(**x, **options, return_lse=True, implementation=implementation)
 
     (o, lse), pullback = jax.vjp(fn, x)
     (grads,) = pullback(cts)
     return {"o": o, "lse": lse, **{"d" + n: g for n, g in grads.items()}}
 
 
+@functools.partial(jax.jit, static_argnums=2)
+def all_cases(xs, cts, implementation):
+    """{case: outputs_and_grads} for the inputs xs[case] and cotangents cts[case] of every case, under
+    `jax.jit` as one XLA program per implementation and dtype: on a CPU compiling is most of this cell's
+    time, and one program holding the five cases compiles about twice as fast as five programs (and
+    much faster than op-by-op dispatch)."""
+    return {case: outputs_and_grads(xs[case], cts[case], options, implementation)
+            for case, (options, _, _) in CASES.items()}
+
+
 results, budget = {}, []
 for dtype in (jnp.float32, jnp.bfloat16):
+    xs, cts = {}, {}
     for seed, (case, (options, extras, magnitude)) in enumerate(CASES.items()):
-        x = inputs(seed, dtype, extras, magnitude)
+        xs[case] = inputs(seed, dtype, extras, magnitude)
         o_shape, lse_shape = jax.eval_shape(lambda x: workbench.flash_attention(**x, **options, return_lse=True,
-                                                                               implementation="reference"), x)
-        cts = testing.random_cotangents(100 + seed, (o_shape, lse_shape))
-        kernel = outputs_and_grads(x, cts, options, "triton")
-        ref = outputs_and_grads(x, cts, options, "reference")
-        oracle = outputs_and_grads(testing.to_float64(x), testing.to_float64(cts), options, "reference")
-        results[case, dtype.__name__] = kernel, ref, oracle
+                                                                               implementation="reference"), xs[case])
+        cts[case] = testing.random_cotangents(100 + seed, (o_shape, lse_shape))
+    kernel = all_cases(xs, cts, "triton")
+    ref = all_cases(xs, cts, "reference")
+    oracle = all_cases(testing.to_float64(xs), testing.to_float64(cts), "reference")
+    for case, (_, extras, _) in CASES.items():
+        results[case, dtype.__name__] = kernel[case], ref[case], oracle[case]
         # lse is -inf on empty rows in all three (not an RMS); the gradients below include its cotangent.
         names = ["o", "dq", "dk", "dv", *("d" + n for n in extras)]
-        budget += [testing.compare(f"{case}: {n}", kernel[n], ref[n], oracle[n]) for n in names]
-        lse_ok = bool(jnp.array_equal(jnp.isinf(kernel["lse"]), jnp.isinf(oracle["lse"])))
-        fin = jnp.isfinite(oracle["lse"])
+        budget += [testing.compare(f"{case}: {n}", kernel[case][n], ref[case][n], oracle[case][n]) for n in names]
+        lse_ok = bool(jnp.array_equal(jnp.isinf(kernel[case]["lse"]), jnp.isinf(oracle[case]["lse"])))
+        fin = jnp.isfinite(oracle[case]["lse"])
         checks[f"lse {case} {dtype.__name__}"] = lse_ok and testing.max_abs(
-            kernel["lse"][fin], oracle["lse"][fin]) < (1e-5 if dtype == jnp.float32 else 5e-2)
+            kernel[case]["lse"][fin], oracle[case]["lse"][fin]) < (1e-5 if dtype == jnp.float32 else 5e-2)
 
 print(f"{'case: output':>28s} {'dtype':>8s} {'kernel':>9s} {'reference':>9s} {'ratio':>6s} {'tolerance':>9s}")
 for c in budget:
@@ -378,7 +403,6 @@ x = {n: testing.normal(kk, (B, T, H, D)) for n, kk in zip("qkv", kx)}
 do = testing.normal(kx[3], (B, T, H, D))
 
 
-@functools.partial(jax.jit, static_argnums=2)  # one XLA program per implementation
 def dropout_run(x, do, implementation=None, key=key):
     """o and (dq, dk, dv): the public op with dropout, or (implementation=None) attention_ref on `keep`."""
     if implementation is None:
@@ -391,9 +415,13 @@ def dropout_run(x, do, implementation=None, key=key):
     return dict(zip(("o", "dq", "dk", "dv"), (o, *pullback(do))))
 
 
-drop_kernel = dropout_run(x, do, "triton")
-drop_ref = dropout_run(x, do, "reference")
-drop_oracle = dropout_run(testing.to_float64(x), do.astype(jnp.float64))
+@jax.jit  # the kernel, the reference and the float64 oracle in one XLA program
+def dropout_runs(x, do):
+    return (dropout_run(x, do, "triton"), dropout_run(x, do, "reference"),
+            dropout_run(testing.to_float64(x), do.astype(jnp.float64)))
+
+
+drop_kernel, drop_ref, drop_oracle = dropout_runs(x, do)
 dropout_table = [testing.compare(f"dropout: {n}", drop_kernel[n], drop_ref[n], drop_oracle[n]) for n in drop_kernel]
 print("\n".join(str(c) for c in dropout_table))
 other = workbench.flash_attention(x["q"], x["k"], x["v"], causal=True, dropout_rate=RATE,
