@@ -16,6 +16,7 @@ import triton.language as tl
 
 from workbench import compile_check, launch, verify
 from workbench.chunk_gla import Tuning as GlaTuning
+from workbench.flash_attention import Tuning as FlashTuning
 from workbench.kda import Tuning as KdaTuning
 
 pytestmark = pytest.mark.skipif(not launch.INTERPRET, reason="on a GPU the kernels compile as they run")
@@ -64,7 +65,8 @@ def _kda_ops(dtype):
 def _attention(dtype):
     for case in verify.FLASH_CASES:
         inputs, options = verify.flash_case_inputs(case, dtype)
-        _trace(workbench.flash_attention, inputs, ("q", "k", "v", "sinks", "bias"), **options)
+        for tuning in (FlashTuning(dq="atomic"), FlashTuning(dq="pass")):
+            _trace(workbench.flash_attention, inputs, ("q", "k", "v", "sinks", "bias"), tuning=tuning, **options)
     # the ring's block kernels (attention_block and its backward), on a mesh of this one device
     mesh = jax.make_mesh((1,), ("sp",))
     qkv = {n: jnp.zeros((1, 32, 4 if n == "q" else 2, 32), dtype) for n in "qkv"}

@@ -76,6 +76,7 @@ import workbench
 
 from . import launch, testing
 from .chunk_gla import Tuning as _GlaTuning
+from .flash_attention import Tuning as _FlashTuning
 
 IMPLEMENTATIONS = ("triton", "reference")
 WARMUP = 2
@@ -555,6 +556,7 @@ FLASH_ATTENTION = OpBench(
                 interpretable=True),
            Peer("ejkernel.flash_attention[triton,heuristic_cfg_gpu]", "ejkernel", _ejkernel_flash_attention(True),
                 runtime="jax", interpretable=True)),
+    variants={"dq pass": {"tuning": _FlashTuning(dq="pass")}},
     max_T={name: (8192, "dense attention: its forward+backward holds several B·H·T² float32 arrays (XLA's memory "
                         "analysis at B=1 H=16: 16-20 GiB at 8k, 64-80 GiB at 16k)")
            for name in ("reference", "jax.nn.dot_product_attention[xla]")},

@@ -532,6 +532,31 @@ def test_reference_backward_equals_triton_backward(seed, shape, config, dropout)
     assert_same(triton_bwd, reference_bwd)
 
 
+@law
+@given(seed=strategies.seeds, shape=shapes(st.sampled_from([7, 16, 33, 64])), config=configurations(),
+       dropout=st.sampled_from([0.0, 0.0, 0.3]))
+@example(seed=6, shape=(2, 64, 33, 4, 2, 24), config=(dict(sinks=True, bias="B1", segments=0),
+                                                      dict(causal=False, softcap=20.0)), dropout=0.0)
+def test_atomic_dq_equals_the_dq_pass(seed, shape, config, dropout):
+    """`Tuning(dq="atomic")` (dQ added tile by tile into float32 rows by the dK/dV pass, which also writes
+    dbias) gives what the separate dQ pass gives: every output and gradient equal up to the order of
+    float32 additions (the oracle properties hold the default, atomic, path to the float64 oracle)."""
+    made, options = config
+    if dropout:
+        options = {**options, "dropout_rate": dropout}
+    inputs = inputs_for(seed, shape, dropout=bool(dropout), **made)
+    cts = cotangents(seed + 1, inputs)
+    atomic = kernel_results(inputs, cts, tuning=Tuning(dq="atomic"), **options)
+    separate = kernel_results(inputs, cts, tuning=Tuning(dq="pass"), **options)
+    assert_same(atomic, separate)
+
+
+@pytest.mark.parametrize("field,value", [("dq", "atomics"), ("split_rows", "yes"), ("backward", "jax")])
+def test_bad_tuning_is_a_value_error(field, value):
+    with pytest.raises(ValueError, match=f"Tuning.{field}"):
+        Tuning(**{field: value})
+
+
 # ----------------------------------------------------------------------------- jit
 
 
@@ -565,8 +590,10 @@ CONFIG_CASES = {
     "fwd": dict(shape=(1, 300, 428, 1, 1, 16), options=dict(causal=True, sliding_window=384)),
 }
 KERNELS = {"fwd-split": kernels.flash_fwd_split_kernel, "fwd-banded": kernels.flash_fwd_banded_kernel,
-           "dkdv": kernels.flash_bwd_dkdv_kernel, "dq": kernels.flash_bwd_dq_kernel}
-OUTPUTS = {"fwd-split": ("o", "lse"), "fwd-banded": ("o", "lse"), "dkdv": ("dk", "dv"), "dq": ("dq", "dbias")}
+           "dkdv-atomic-dq": kernels.flash_bwd_dkdv_dq_kernel, "dkdv": kernels.flash_bwd_dkdv_pass_kernel,
+           "dq": kernels.flash_bwd_dq_kernel}
+OUTPUTS = {"fwd-split": ("o", "lse"), "fwd-banded": ("o", "lse"), "dkdv-atomic-dq": ("dq", "dk", "dv", "dbias"),
+           "dkdv": ("dk", "dv"), "dq": ("dq", "dbias")}
 
 
 def case_of(name):
@@ -610,8 +637,8 @@ def test_every_autotune_config(name, config_cases):
     # causal, so the split forward is chosen explicitly
     if name.startswith("fwd"):
         tuning = Tuning(backward="reference", split_rows=name == "fwd-split")
-    else:
-        tuning = None
+    else:  # the two-pass kernels run with Tuning(dq="pass") only
+        tuning = Tuning(dq="atomic" if name == "dkdv-atomic-dq" else "pass")
     for index, config in enumerate(configs):
         with launch.interpreter_config(kernel, index):
             result = jax.block_until_ready(_kernel_results(inputs, cts, tuning=tuning, **options))

@@ -16,6 +16,7 @@ import pytest
 
 import workbench
 from workbench import testing
+from workbench.flash_attention import Tuning
 
 pytestmark = pytest.mark.gpu
 
@@ -85,6 +86,23 @@ def test_compiled_kernel_within_budget(case, dtype):
     (B, Tq, Tk, H, Hkv, D), made, options = case
     inputs = testing.attention_inputs(1, B, Tq, Tk, H, Hkv, D, dtype=dtype, **made)
     _three_way(inputs, 2, **options)
+
+
+@pytest.mark.parametrize("case", ["causal-GQA-T2048", "window+softcap+sinks+bias-D80"])
+def test_compiled_dq_pass_within_budget(case):
+    """`Tuning(dq="pass")`, the reproducible two-pass backward (the default adds dQ with atomics)."""
+    (B, Tq, Tk, H, Hkv, D), made, options = CASES[case]
+    inputs = testing.attention_inputs(1, B, Tq, Tk, H, Hkv, D, dtype=jnp.bfloat16, **made)
+    _three_way(inputs, 2, tuning=Tuning(dq="pass"), **options)
+
+
+def test_compiled_atomic_dq_is_close_run_to_run():
+    """Atomic dQ adds in a run-dependent order: two runs differ at most by float32 rounding of the sums."""
+    inputs = testing.attention_inputs(10, 2, 2048, 2048, 8, 2, 128, dtype=jnp.float32)
+    do = jax.random.normal(jax.random.key(11), inputs["q"].shape, jnp.float32)
+    grad_q = jax.jit(lambda q, k, v: jax.vjp(lambda q: workbench.flash_attention(q, k, v), q)[1](do)[0])
+    first, second = (np.asarray(grad_q(inputs["q"], inputs["k"], inputs["v"]), np.float64) for _ in range(2))
+    assert testing.rms_rel(second, first) <= 1e-6
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])

@@ -40,10 +40,23 @@ class Tuning:
     split_rows: the forward's row blocks in two halves that share each K, V tile (True) or whole
         (False); None chooses: halves without a causal mask or window, whole blocks with one
         (kernels.py, FWD_CONFIGS, has the measurements).
+    dq: how the backward forms dQ. "atomic": the dK/dV pass adds each tile's dS K into float32 rows
+        with atomics (5 products per tile, one pass; float additions in a run-dependent order, so dq
+        may differ between runs in its last bits); "pass": a second pass per query block owns its
+        rows (7 products per tile, two passes; bit-for-bit reproducible). None means "atomic".
     """
 
     backward: Literal["triton", "reference"] = "triton"
     split_rows: bool | None = None
+    dq: Literal["atomic", "pass"] | None = None
+
+    def __post_init__(self):
+        if self.backward not in ("triton", "reference"):
+            raise ValueError(f"Tuning.backward: expected 'triton' or 'reference', got {self.backward!r}")
+        if self.split_rows not in (None, True, False):
+            raise ValueError(f"Tuning.split_rows: expected None, True or False, got {self.split_rows!r}")
+        if self.dq not in (None, "atomic", "pass"):
+            raise ValueError(f"Tuning.dq: expected None, 'atomic' or 'pass', got {self.dq!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,20 +213,28 @@ def _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse, do
     arrays, scalars, meta = _launch_args(q, k, sinks, bias, q_seg, kv_seg, seeds, static)
     tensors = (_packed(q), _packed(k), _packed(v), _packed(do.astype(q.dtype)), lse2, delta, cu_q, cu_k,
                arrays["bias"], arrays["q_seg"], arrays["kv_seg"], arrays["seeds"])
-    dk, dv = triton_call(
-        *tensors, kernel=kernels.flash_bwd_dkdv_kernel,
-        out_shape=[jax.ShapeDtypeStruct((1, B * Tk, HKV, D), grad_dtype or k.dtype)] * 2,
-        grid=lambda m: (triton.cdiv(B * Tk if static.varlen else Tk, m["BN"]), N * HKV),
-        name="workbench_flash_bwd_dkdv", **scalars, **meta,
-    )
     dbias_shape = (B, H, Tq, Tk) if bias is not None else (0,)
-    dq, dbias = triton_call(
-        *tensors, kernel=kernels.flash_bwd_dq_kernel,
-        out_shape=[jax.ShapeDtypeStruct((1, B * Tq, H, D), grad_dtype or q.dtype),
-                   jax.ShapeDtypeStruct(dbias_shape, f32)],
-        grid=lambda m: (triton.cdiv(B * Tq if static.varlen else Tq, m["BM"]), N * H),
-        zeroed_outputs=(1,), name="workbench_flash_bwd_dq", **scalars, **meta,
+    atomic = static.tuning.dq in (None, "atomic")
+    # with atomic dQ the dK/dV pass also adds dQ (float32, unscaled) and writes dbias, into zeroed outputs
+    dk, dv, dq, dbias = triton_call(
+        *tensors, kernel=kernels.flash_bwd_dkdv_dq_kernel if atomic else kernels.flash_bwd_dkdv_pass_kernel,
+        out_shape=[jax.ShapeDtypeStruct((1, B * Tk, HKV, D), grad_dtype or k.dtype)] * 2
+        + [jax.ShapeDtypeStruct((1, B * Tq, H, D) if atomic else (0,), f32),
+           jax.ShapeDtypeStruct(dbias_shape if atomic else (0,), f32)],
+        grid=lambda m: (triton.cdiv(B * Tk if static.varlen else Tk, m["BN"]), N * HKV),
+        zeroed_outputs=(2, 3) if atomic else (), name="workbench_flash_bwd_dkdv", ATOMIC_DQ=atomic,
+        **scalars, **meta,
     )
+    if atomic:
+        dq = (dq * static.spec.scale).astype(grad_dtype or q.dtype)  # (fa.5) dQ = scale · dS K
+    else:
+        dq, dbias = triton_call(
+            *tensors, kernel=kernels.flash_bwd_dq_kernel,
+            out_shape=[jax.ShapeDtypeStruct((1, B * Tq, H, D), grad_dtype or q.dtype),
+                       jax.ShapeDtypeStruct(dbias_shape, f32)],
+            grid=lambda m: (triton.cdiv(B * Tq if static.varlen else Tq, m["BM"]), N * H),
+            zeroed_outputs=(1,), name="workbench_flash_bwd_dq", **scalars, **meta,
+        )
     dsinks = None
     if sinks is not None:  # (fa.7) dsink_h = −Σ_{b,i} exp(sink_h − lse) (Delta − dlse)
         p_sink = jnp.where(lse == -jnp.inf, 0.0, jnp.exp(sinks.astype(f32)[None, :, None] - lse))

@@ -1,6 +1,7 @@
-"""Flash attention in Triton: the forward (online softmax, NOTES.md fa.2/fa.4) and the backward as
-two passes over the same tiles — one per key block for dK, dV (fa.5, fa.9), one per query block for
-dQ and the bias gradient (fa.5, fa.8).
+"""Flash attention in Triton: the forward (online softmax, NOTES.md fa.2/fa.4) and the backward, by
+default one pass per key block for dK, dV (fa.5, fa.9) that also adds each tile's share of dQ into
+float32 rows with atomics and writes the bias gradient (fa.12, fa.8); with `Tuning(dq="pass")` a second
+pass per query block forms dQ and the bias gradient instead (reproducible bit for bit).
 
 Every kernel sees packed sequences (`tl_helpers`): q `[1, TQ, H, D]`, k and v `[1, TK, HKV, D]`,
 sequence n owning rows `cu_q[n] … cu_q[n+1]` and keys `cu_k[n] … cu_k[n+1]`. Inside a sequence
@@ -422,14 +423,26 @@ flash_fwd_banded_kernel = triton.autotune(configs=FWD_BANDED_CONFIGS, key=_FWD_K
 @triton.jit
 def _dkdv_tiles(b_dk, b_dv, b_k, b_v, q_base, do_base, lse2_base, delta_base, o_j, lo, hi, Lq, Lk, off,
                 bias_base, b_sk, q_seg_base, seeds, drop_row0, drop_col, keep_threshold, inv_keep,
-                scale, softcap, window_left, window_right, TK_OUT,
+                scale, softcap, window_left, window_right, TK_OUT, dq_base, dbias_base, rotate,
                 H: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, BM: tl.constexpr,
                 MASKED: tl.constexpr, F32: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
                 SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                HAS_SEGMENTS: tl.constexpr):
-    """(fa.5) dV += P_dᵀ dO and dK += dSᵀ Q over query tiles [lo, hi), in the transposed tile Sᵀ [BN, BM]."""
+                HAS_SEGMENTS: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+    """(fa.5) dV += P_dᵀ dO and dK += dSᵀ Q over query tiles [lo, hi), in the transposed tile Sᵀ [BN, BM].
+
+    With ATOMIC_DQ the same dS also gives this key block's share of dQ = dS K, added into float32 rows
+    of dq (unscaled) with relaxed atomics, and the bias gradient dS̃ is stored here (fa.8): the dQ pass
+    is not run. The tiles are then visited starting `rotate` tiles in (wrapping around), so that the key
+    blocks of one head, which all start together, do not add into the same rows of dq at once.
+    """
     o_d = tl.arange(0, BD)
-    for i0 in range(lo, hi, BM):
+    span = tl.maximum(tl.cdiv(hi - lo, BM), 1) * BM
+    shift = (rotate % (span // BM)) * BM
+    for i_t in range(lo, hi, BM):
+        i0 = i_t
+        if ATOMIC_DQ:
+            i0 = i_t + shift
+            i0 = tl.where(i0 >= lo + span, i0 - span, i0)
         o_i = i0 + tl.arange(0, BM)
         b_q = load_rows(q_base + o_i[:, None] * (H * D) + o_d[None, :], o_i, Lq, o_d, D, BD, True)  # [BM, BD]
         b_do = load_rows(do_base + o_i[:, None] * (H * D) + o_d[None, :], o_i, Lq, o_d, D, BD, True)  # [BM, BD]
@@ -471,32 +484,52 @@ def _dkdv_tiles(b_dk, b_dv, b_k, b_v, q_base, do_base, lse2_base, delta_base, o_
         else:
             b_dv = tl.dot(b_pdT.to(b_do.dtype), b_do, b_dv)
             b_dk = tl.dot(b_dsT.to(b_q.dtype), b_q, b_dk)
+        if ATOMIC_DQ:
+            m_rows = (o_i < Lq)[:, None]
+            if BD != D:
+                m_rows = m_rows & (o_d < D)[None, :]
+            if F32:
+                b_dq = tl.dot(tl.trans(b_dsT), b_k, input_precision="ieee")  # [BM, BD]
+            else:
+                b_dq = tl.dot(tl.trans(b_dsT.to(b_k.dtype)), b_k)
+            tl.atomic_add(dq_base + o_i[:, None] * (H * D) + o_d[None, :], b_dq, mask=m_rows, sem="relaxed")
+            if HAS_BIAS:  # (fa.8) dbias = dS̃ of this (query tile, key block), transposed back
+                tl.store(dbias_base + o_i[None, :].to(tl.int64) * TK_OUT, b_dsT,
+                         mask=(o_i[None, :] < Lq) & (o_j[:, None] < Lk))
     return b_dk, b_dv
 
 
-DKDV_CONFIGS = [
-    triton.Config({"BM": BM, "BN": BN}, num_warps=w, num_stages=s)
-    # H200, bf16 D=128 T=4096, forward + backward ms non-causal / causal with this config alone:
-    # (64, 128, 8, 2) 6.03 / 3.96, (32, 128, 8, 3) 6.15 / 4.00; (64, 64, 4, 3) 7.64 / 4.77,
-    # (32, 128, 4, 3) 10.2 / 6.90. (32, 64, 4, 2) is the fallback that fits D = 256.
-    for BM, BN, w, s in [(64, 128, 8, 2), (32, 128, 8, 3), (32, 64, 4, 2)]
-]
+def _bwd_configs(blocks):
+    return [triton.Config({"BM": BM, "BN": BN}, num_warps=w, num_stages=s) for BM, BN, w, s in blocks]
 
 
-@triton.autotune(configs=DKDV_CONFIGS, key=["H", "HKV", "D", "CAUSAL", "WINDOW", "SOFTCAP", "DROPOUT", "F32"],
-                 prune_configs_by={"early_config_prune": _prune_large_heads})
+# H200, bf16 D=128 T=4096, forward + backward ms non-causal / causal with this config alone:
+# (64, 128, 8, 2) 6.03 / 3.96, (32, 128, 8, 3) 6.15 / 4.00; (64, 64, 4, 3) 7.64 / 4.77,
+# (32, 128, 4, 3) 10.2 / 6.90. (32, 64, 4, 2) is the fallback that fits D = 256.
+DKDV_CONFIGS = _bwd_configs([(64, 128, 8, 2), (32, 128, 8, 3), (32, 64, 4, 2)])
+# The same pass with dQ added by atomics (ATOMIC_DQ): a fifth product per tile and a [BM, BD] float32
+# tile more in registers. H100, bf16 B=4 T=4096 H=16 D=128, forward + backward ms causal / non-causal
+# with this config alone (scripts/config_times.py, one process): (64, 128, 8, 2) 3.14 / 5.12,
+# (32, 128, 8, 2) 3.58 / 6.32, (32, 64, 4, 2) 3.80 / 6.58, (64, 64, 4, 2) 4.98 / 8.17 (dropped); the
+# two-pass backward 3.21 / 5.40 in the same machine's bench run. (32, 64, 4, 2) is the fallback.
+DKDV_DQ_CONFIGS = _bwd_configs([(64, 128, 8, 2), (32, 128, 8, 2), (32, 64, 4, 2)])
+_BWD_KEY = ["H", "HKV", "D", "CAUSAL", "WINDOW", "SOFTCAP", "DROPOUT", "F32"]
+
+
 @triton.heuristics({"HAS_BIAS": given("bias"), "HAS_SEGMENTS": given("q_seg")})
 @triton.jit
 def flash_bwd_dkdv_kernel(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, kv_seg, seeds,
-                          dk, dv,
+                          dk, dv, dq, dbias,
                           scale, softcap, window_left, window_right, keep_threshold, inv_keep,
                           bias_stride_b, bias_stride_h, TQ_OUT, TK_OUT,
                           H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BD: tl.constexpr,
                           CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
                           DROPOUT: tl.constexpr, VARLEN: tl.constexpr, F32: tl.constexpr,
-                          HAS_BIAS: tl.constexpr, HAS_SEGMENTS: tl.constexpr,
+                          HAS_BIAS: tl.constexpr, HAS_SEGMENTS: tl.constexpr, ATOMIC_DQ: tl.constexpr,
                           BM: tl.constexpr, BN: tl.constexpr):
-    """dK, dV of key rows [i_j·BN, i_j·BN + BN) of one (sequence, kv head), summed over its query group (fa.9)."""
+    """dK, dV of key rows [i_j·BN, i_j·BN + BN) of one (sequence, kv head), summed over its query group (fa.9);
+    with ATOMIC_DQ also every query head's dQ share (float32, unscaled, into zeroed rows) and the bias
+    gradient (into a zeroed dbias), so that no dQ pass is needed."""
     i_j, i_nh = tl.program_id(0), tl.program_id(1)
     i_n, i_hk = i_nh // HKV, i_nh % HKV
     G: tl.constexpr = H // HKV
@@ -528,24 +561,38 @@ def flash_bwd_dkdv_kernel(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, kv_
             bias_base = bias + i_b * bias_stride_b + i_h * bias_stride_h + row0.to(tl.int64) * TK_OUT + col0 + o_j[:, None]
         drop_row0 = (i_b * H + i_h) * TQ_OUT + row0
         drop_col = col0 + o_j[:, None]
+        dq_base = dq + (bos_q * H + i_h) * D
+        dbias_base = dbias
+        if ATOMIC_DQ and HAS_BIAS:
+            dbias_base = dbias + (i_b * H + i_h).to(tl.int64) * TQ_OUT * TK_OUT + row0.to(tl.int64) * TK_OUT \
+                + col0 + o_j[:, None]
         b_dk, b_dv = _dkdv_tiles(b_dk, b_dv, b_k, b_v, q_base, do_base, lse2 + stats, delta + stats, o_j, lo, a,
                                  Lq, Lk, off, bias_base, b_sk, q_seg + bos_q, seeds, drop_row0, drop_col,
-                                 keep_threshold, inv_keep, scale, softcap, window_left, window_right, TK_OUT,
-                                 H, D, BD, BM, True, F32, CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
+                                 keep_threshold, inv_keep, scale, softcap, window_left, window_right, TK_OUT, dq_base,
+                                 dbias_base, i_j, H, D, BD, BM, True, F32, CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS,
+                                 HAS_SEGMENTS, ATOMIC_DQ)
         b_dk, b_dv = _dkdv_tiles(b_dk, b_dv, b_k, b_v, q_base, do_base, lse2 + stats, delta + stats, o_j, a, b,
                                  Lq, Lk, off, bias_base, b_sk, q_seg + bos_q, seeds, drop_row0, drop_col,
-                                 keep_threshold, inv_keep, scale, softcap, window_left, window_right, TK_OUT,
-                                 H, D, BD, BM, False, F32, CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
+                                 keep_threshold, inv_keep, scale, softcap, window_left, window_right, TK_OUT, dq_base,
+                                 dbias_base, i_j, H, D, BD, BM, False, F32, CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS,
+                                 HAS_SEGMENTS, ATOMIC_DQ)
         b_dk, b_dv = _dkdv_tiles(b_dk, b_dv, b_k, b_v, q_base, do_base, lse2 + stats, delta + stats, o_j, b, hi,
                                  Lq, Lk, off, bias_base, b_sk, q_seg + bos_q, seeds, drop_row0, drop_col,
-                                 keep_threshold, inv_keep, scale, softcap, window_left, window_right, TK_OUT,
-                                 H, D, BD, BM, True, F32, CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
+                                 keep_threshold, inv_keep, scale, softcap, window_left, window_right, TK_OUT, dq_base,
+                                 dbias_base, i_j, H, D, BD, BM, True, F32, CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS,
+                                 HAS_SEGMENTS, ATOMIC_DQ)
     b_dk = b_dk * scale  # (fa.5) dK = scale · dSᵀ Q
     m_store = (o_j < Lk)[:, None]
     if BD != D:
         m_store = m_store & (o_d < D)[None, :]
     tl.store(dk + kv_off, b_dk.to(dk.dtype.element_ty), mask=m_store)
     tl.store(dv + kv_off, b_dv.to(dv.dtype.element_ty), mask=m_store)
+
+
+flash_bwd_dkdv_pass_kernel = triton.autotune(configs=DKDV_CONFIGS, key=_BWD_KEY, prune_configs_by={
+    "early_config_prune": _prune_large_heads})(flash_bwd_dkdv_kernel)
+flash_bwd_dkdv_dq_kernel = triton.autotune(configs=DKDV_DQ_CONFIGS, key=_BWD_KEY, prune_configs_by={
+    "early_config_prune": _prune_large_heads})(flash_bwd_dkdv_kernel)
 
 
 # ----------------------------------------------------------------------------- backward: dQ (and dbias)
@@ -610,7 +657,7 @@ DQ_CONFIGS = [
 ]
 
 
-@triton.autotune(configs=DQ_CONFIGS, key=["H", "HKV", "D", "CAUSAL", "WINDOW", "SOFTCAP", "DROPOUT", "F32"],
+@triton.autotune(configs=DQ_CONFIGS, key=_BWD_KEY,
                  prune_configs_by={"early_config_prune": _prune_large_heads})
 @triton.heuristics({"HAS_BIAS": given("bias"), "HAS_SEGMENTS": given("q_seg")})
 @triton.jit
