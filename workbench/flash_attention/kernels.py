@@ -511,8 +511,10 @@ DKDV_CONFIGS = _bwd_configs([(64, 128, 8, 2), (32, 128, 8, 3), (32, 64, 4, 2)])
 # tile more in registers. H100, bf16 B=4 T=4096 H=16 D=128, forward + backward ms causal / non-causal
 # with this config alone (scripts/config_times.py, one process): (64, 128, 8, 2) 3.14 / 5.12,
 # (32, 128, 8, 2) 3.58 / 6.32, (32, 64, 4, 2) 3.80 / 6.58, (64, 64, 4, 2) 4.98 / 8.17 (dropped); the
-# two-pass backward 3.21 / 5.40 in the same machine's bench run. (32, 64, 4, 2) is the fallback.
-DKDV_DQ_CONFIGS = _bwd_configs([(64, 128, 8, 2), (32, 128, 8, 2), (32, 64, 4, 2)])
+# two-pass backward 3.21 / 5.40 in the same machine's bench run. The first spills (255 registers, 128
+# stack bytes: scripts/kernel_resources.py); (64, 64, 8, 2|3) compile without spills (not yet timed: twice
+# the atomic additions per dq element). (32, 64, 4, 2) is the fallback.
+DKDV_DQ_CONFIGS = _bwd_configs([(64, 128, 8, 2), (32, 128, 8, 2), (64, 64, 8, 2), (64, 64, 8, 3), (32, 64, 4, 2)])
 _BWD_KEY = ["H", "HKV", "D", "CAUSAL", "WINDOW", "SOFTCAP", "DROPOUT", "F32"]
 
 
