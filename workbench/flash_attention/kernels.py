@@ -591,9 +591,11 @@ def flash_bwd_dkdv_kernel(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, kv_
     tl.store(dv + kv_off, b_dv.to(dv.dtype.element_ty), mask=m_store)
 
 
-flash_bwd_dkdv_pass_kernel = triton.autotune(configs=DKDV_CONFIGS, key=_BWD_KEY, prune_configs_by={
+# ATOMIC_DQ in the key: the two autotuned kernels share one @triton.jit function (and its name), so a cached
+# choice of one must never serve the other
+flash_bwd_dkdv_pass_kernel = triton.autotune(configs=DKDV_CONFIGS, key=_BWD_KEY + ["ATOMIC_DQ"], prune_configs_by={
     "early_config_prune": _prune_large_heads})(flash_bwd_dkdv_kernel)
-flash_bwd_dkdv_dq_kernel = triton.autotune(configs=DKDV_DQ_CONFIGS, key=_BWD_KEY, prune_configs_by={
+flash_bwd_dkdv_dq_kernel = triton.autotune(configs=DKDV_DQ_CONFIGS, key=_BWD_KEY + ["ATOMIC_DQ"], prune_configs_by={
     "early_config_prune": _prune_large_heads})(flash_bwd_dkdv_kernel)
 
 
