@@ -468,37 +468,53 @@ def test_stand_ins_must_name_an_argument_and_match_it():
 # ----------------------------------------------------------------------------- compiled kernels
 
 
-class FakeTritonLib:
-    """The parts of jax_triton.triton_lib the kernel cache touches, compiling nothing."""
-
-    def __init__(self):
-        self.compiled = []
-        self.triton_kernel_call_lib = types.SimpleNamespace(TritonKernel=lambda *a: ("kernel", a),
-                                                            get_compute_capability=lambda device: 90)
-        lib = self
-
-        def compile_ttir_inplace(ttir, backend, options, compute_capability, platform):
-            lib.compiled.append(ttir)
-            return types.SimpleNamespace(binary=f"ptx of {ttir}", name="k_0d1d", shared_mem_bytes=4096)
-
-        def get_or_create_triton_kernel(backend_init_func, platform, fn, arg_dtypes, scalar_args, *, num_warps,
-                                        num_stages, num_ctas, compute_capability, enable_fp_fusion, metaparams, dump):
-            cc = compute_capability or 90
-            result = lib.compile_ttir_inplace(f"ttir {sorted(metaparams.items())}", None, None, cc, platform)
-            kernel = lib.triton_kernel_call_lib.TritonKernel(result.name, num_warps or 4, num_ctas,
-                                                             result.shared_mem_bytes, result.binary, "ttir", cc)
-            return kernel, {(0,): [["tt.divisibility", 16]], (1,): []}
-
-        self.compile_ttir_inplace = compile_ttir_inplace
-        self.get_or_create_triton_kernel = get_or_create_triton_kernel
-
-
 class Backend:
     def __init__(self, device, cc):
         pass
 
     def hash(self):
         return "ptxas-12.8-90"
+
+
+class FakeTritonLib:
+    """The parts of jax_triton.triton_lib the kernel cache touches, compiling nothing. With `scratch`, the
+    compile's backend reports that much global scratch in its metadata, as Triton's `make_llir` does for
+    a kernel that makes TMA descriptors on the device; `kernel_args` is how many arguments jaxlib's
+    TritonKernel accepts (9 from jaxlib 0.11.1: the scratch size and alignment after the usual 7)."""
+
+    def __init__(self, scratch=0, kernel_args=9):
+        self.compiled = []
+
+        def triton_kernel(*a):
+            if len(a) > kernel_args:
+                raise TypeError(f"TritonKernel takes {kernel_args} arguments, got {len(a)}")
+            return ("kernel", a)
+
+        self.triton_kernel_call_lib = types.SimpleNamespace(TritonKernel=triton_kernel,
+                                                            get_compute_capability=lambda device: 90)
+        lib = self
+
+        class ScratchBackend(Backend):
+            def make_llir(self, src, metadata, options, capability):
+                metadata.update(global_scratch_size=scratch, global_scratch_align=128 if scratch else 1)
+                return "llir"
+
+        def compile_ttir_inplace(ttir, backend, options, compute_capability, platform):
+            lib.compiled.append(ttir)
+            backend.make_llir(ttir, {}, options, compute_capability)
+            return types.SimpleNamespace(binary=f"ptx of {ttir}", name="k_0d1d", shared_mem_bytes=4096)
+
+        def get_or_create_triton_kernel(backend_init_func, platform, fn, arg_dtypes, scalar_args, *, num_warps,
+                                        num_stages, num_ctas, compute_capability, enable_fp_fusion, metaparams, dump):
+            cc = compute_capability or 90
+            backend = ScratchBackend(0, cc)
+            result = lib.compile_ttir_inplace(f"ttir {sorted(metaparams.items())}", backend, None, cc, platform)
+            kernel = lib.triton_kernel_call_lib.TritonKernel(result.name, num_warps or 4, num_ctas,
+                                                             result.shared_mem_bytes, result.binary, "ttir", cc)
+            return kernel, {(0,): [["tt.divisibility", 16]], (1,): []}
+
+        self.compile_ttir_inplace = compile_ttir_inplace
+        self.get_or_create_triton_kernel = get_or_create_triton_kernel
 
 
 def _get(lib, **changes):
@@ -534,6 +550,35 @@ def test_a_compiled_kernel_is_kept_on_disk_and_rebuilt_by_the_next_process(cache
     with pytest.warns(autotune.CacheWarning, match="corrupt"):
         assert _get(third)[1] == attrs
     assert len(third.compiled) == 1 and json.loads(entry.read_text())["name"] == "k_0d1d"  # rewritten
+
+
+def test_a_kernel_that_needs_global_scratch_is_built_with_it(monkeypatch, cache_dir):
+    """jax-triton 0.3.1 builds every kernel without global scratch; one whose compile asks for it (device-made
+    TMA descriptors) is built again with its size and alignment: when compiled, when loaded from disk by the
+    next process, and with the cache off."""
+    versions = {"triton": "3.6.0", "jax_triton": "0.3.1", "jaxlib": "0.11.2"}
+    first = FakeTritonLib(scratch=512)
+    autotune.KernelCache(first, autotune.cache_dir, versions).install()
+    kernel, _ = _get(first)
+    assert kernel[1][:4] == ("k_0d1d", 4, 1, 4096) and kernel[1][7:] == (512, 128)
+    assert _get(first)[0] == kernel  # in memory
+
+    second = FakeTritonLib(scratch=512)
+    autotune.KernelCache(second, autotune.cache_dir, versions).install()
+    assert _get(second)[0] == kernel and second.compiled == []
+
+    monkeypatch.setenv(autotune.MODE_VAR, "off")
+    off = FakeTritonLib(scratch=512)
+    autotune.KernelCache(off, autotune.cache_dir, versions).install()
+    assert _get(off)[0][1][7:] == (512, 128) and len(off.compiled) == 1
+    plain = FakeTritonLib(scratch=0)
+    autotune.KernelCache(plain, autotune.cache_dir, versions).install()
+    assert len(_get(plain)[0][1]) == 7  # no scratch asked: the kernel jax-triton built
+
+    old = FakeTritonLib(scratch=512, kernel_args=7)  # a jaxlib that cannot launch it
+    autotune.KernelCache(old, autotune.cache_dir, versions).install()
+    with pytest.raises(RuntimeError, match="k_0d1d: the kernel needs 512 bytes of global scratch"):
+        _get(old)
 
 
 def test_the_kernel_cache_steps_aside_when_off_or_dumping(monkeypatch, cache_dir):

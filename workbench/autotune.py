@@ -576,6 +576,8 @@ class KernelCache:
         self.local = threading.local()
         self.get_or_create = triton_lib.get_or_create_triton_kernel
         self.compile = triton_lib.compile_ttir_inplace
+        self.replaced: dict[int, Any] = {}  # id(jax-triton's kernel) → the kernel rebuilt with its scratch
+        self.keep: list[Any] = []
 
     def install(self) -> None:
         self.lib.get_or_create_triton_kernel = self.get_or_create_cached
@@ -584,11 +586,32 @@ class KernelCache:
     def compile_captured(self, ttir, backend, options, compute_capability, platform):
         captured = getattr(self.local, "captured", None)
         text = str(ttir) if captured is not None else None  # before the passes rewrite the module in place
-        result = self.compile(ttir, backend, options, compute_capability, platform)
+        scratch: dict[str, int] = {}
+        with _reading_scratch(backend, scratch):
+            result = self.compile(ttir, backend, options, compute_capability, platform)
         if captured is not None:
             captured.append({"name": result.name, "shared_mem_bytes": result.shared_mem_bytes,
-                             "binary": result.binary, "ttir": text})
+                             "binary": result.binary, "ttir": text, **scratch})
         return result
+
+    def _launchable(self, kernel, entry: Mapping[str, Any] | None, num_warps, num_ctas, cc):
+        """The kernel jax-triton built, or, when the compile asked for global scratch (TMA descriptors made on
+        the device: `tl.make_tensor_descriptor`), the same kernel built again with its scratch size, which
+        jax-triton 0.3.1 drops: launched without it, the kernel would write its descriptors to address 0."""
+        with _LOCK:
+            known = self.replaced.get(id(kernel))
+        if known is not None:
+            return known
+        if not entry or not entry.get("global_scratch_size"):
+            return kernel
+        lib = self.lib.triton_kernel_call_lib
+        args = (entry["name"], 4 if num_warps is None else num_warps, num_ctas, entry["shared_mem_bytes"],
+                entry["binary"], entry["ttir"], cc)
+        rebuilt = _kernel_with_scratch(lib, args, entry["global_scratch_size"], entry.get("global_scratch_align", 1))
+        with _LOCK:
+            self.replaced[id(kernel)] = rebuilt
+            self.keep.append(kernel)  # its id must stay unique while the mapping holds it
+        return rebuilt
 
     def _backend(self, backend_init_func, compute_capability) -> str:
         id_ = (backend_init_func, compute_capability)
@@ -604,10 +627,17 @@ class KernelCache:
         kwargs = dict(num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
                       compute_capability=compute_capability, enable_fp_fusion=enable_fp_fusion,
                       metaparams=metaparams, dump=dump)
-        if dump or platform != "cuda" or mode() == "off":  # a ROCm binary is a temporary file's path
-            return self.get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, **kwargs)
         lib = self.lib.triton_kernel_call_lib
+        if platform != "cuda":  # a ROCm binary is a temporary file's path
+            return self.get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, **kwargs)
         cc = compute_capability if compute_capability is not None else lib.get_compute_capability(0)
+        if dump or mode() == "off":  # no disk cache; a kernel that needs global scratch still gets it
+            self.local.captured = captured = []
+            try:
+                kernel, attrs = self.get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, **kwargs)
+            finally:
+                self.local.captured = None
+            return self._launchable(kernel, captured[0] if captured else None, num_warps, num_ctas, cc), attrs
         key = kernel_key(fn, platform, arg_dtypes, scalar_args, num_warps=num_warps, num_stages=num_stages,
                          num_ctas=num_ctas, compute_capability=cc, enable_fp_fusion=enable_fp_fusion,
                          metaparams=metaparams, backend=self._backend(backend_init_func, cc),
@@ -621,8 +651,13 @@ class KernelCache:
         entry = store.read(key)
         if entry is not None:
             try:
-                kernel = lib.TritonKernel(entry["name"], key["num_warps"], num_ctas, entry["shared_mem_bytes"],
-                                          entry["binary"], entry["ttir"], cc)
+                args = (entry["name"], key["num_warps"], num_ctas, entry["shared_mem_bytes"], entry["binary"],
+                        entry["ttir"], cc)
+                if entry.get("global_scratch_size"):
+                    kernel = _kernel_with_scratch(lib, args, entry["global_scratch_size"],
+                                                  entry.get("global_scratch_align", 1))
+                else:
+                    kernel = lib.TritonKernel(*args)
                 attrs = {tuple(index): value for index, value in entry["attrs"]}
             except (KeyError, TypeError, ValueError) as exc:
                 warnings.warn(f"workbench cache: ignoring corrupt {store.path(key)}: {exc}", CacheWarning,
@@ -640,9 +675,49 @@ class KernelCache:
         if len(captured) == 1:  # compiled now (not found in jax-triton's own in-process cache)
             STATS["kernels_compiled"] += 1
             store.write(key, {**captured[0], "attrs": [[list(index), value] for index, value in attrs.items()]})
+        kernel = self._launchable(kernel, captured[0] if len(captured) == 1 else None, num_warps, num_ctas, cc)
         with _LOCK:
             self.memory[name] = (kernel, attrs)
         return kernel, attrs
+
+
+@contextlib.contextmanager
+def _reading_scratch(backend, into: dict[str, int]):
+    """While open, the backend's `make_llir` also reports the global scratch its metadata asks for (Triton
+    sets `global_scratch_size`/`_align` there; jax-triton 0.3.1 keeps neither)."""
+    make_llir = getattr(backend, "make_llir", None)
+    if make_llir is None:
+        yield
+        return
+    own = "make_llir" in vars(backend)
+
+    def reading(src, metadata, *rest):
+        out = make_llir(src, metadata, *rest)
+        into["global_scratch_size"] = int(metadata.get("global_scratch_size") or 0)
+        into["global_scratch_align"] = int(metadata.get("global_scratch_align") or 1)
+        return out
+
+    backend.make_llir = reading
+    try:
+        yield
+    finally:
+        if own:
+            backend.make_llir = make_llir
+        else:
+            del backend.make_llir
+
+
+def _kernel_with_scratch(lib, args: tuple, size: int, align: int):
+    """jaxlib's TritonKernel with a per-program global scratch buffer (jaxlib > 0.11.0 takes its size and
+    alignment after the seven usual arguments)."""
+    try:
+        return lib.TritonKernel(*args, size, align)
+    except TypeError as exc:
+        from importlib.metadata import version
+
+        raise RuntimeError(f"{args[0]}: the kernel needs {size} bytes of global scratch per program (TMA "
+                           f"descriptors made on the device), which this jaxlib ({version('jaxlib')}) cannot "
+                           "launch; jaxlib 0.11.1 or newer can") from exc
 
 
 _KERNEL_CACHE: KernelCache | None = None
