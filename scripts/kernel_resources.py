@@ -31,9 +31,10 @@ from workbench import bench, compile_check  # noqa: E402
 COLUMNS = ("registers", "stack", "shared", "HGMMA", "HMMA", "STL", "LDL", "MUFU.EX2")
 
 
-def record(op_name: str, shape_set: str, all_configs: bool, lengths=None) -> list[dict]:
+def record(op_name: str, shape_set: str, all_configs: bool, lengths=None, options=None) -> list[dict]:
     """Every launch of the op's forward alone and of its forward+backward at the set's shapes (those with a
-    T in `lengths`, when given)."""
+    T in `lengths`, when given), with `options` (a bench variant's) passed to every call."""
+    options = options or {}
     op = bench.OPS[op_name]
     dtype = jnp.dtype(op.dtype)
     with compile_check.record(all_configs=all_configs) as specs:
@@ -48,11 +49,12 @@ def record(op_name: str, shape_set: str, all_configs: bool, lengths=None) -> lis
 
             def f(primals, fixed=fixed, inputs=inputs, wrt=wrt):
                 rest = {n: x for n, x in inputs.items() if n not in wrt}
-                out, pullback = jax.vjp(lambda *xs: op.call("triton", **rest, **fixed, **dict(zip(wrt, xs))), *primals)
+                out, pullback = jax.vjp(lambda *xs: op.call("triton", **rest, **fixed, **dict(zip(wrt, xs)), **options),
+                                        *primals)
                 return pullback(jax.tree.map(jnp.ones_like, out))
 
             jax.eval_shape(f, [inputs[n] for n in wrt])
-            jax.eval_shape(lambda arrays, fixed=fixed: op.call("triton", **arrays, **fixed), inputs)
+            jax.eval_shape(lambda arrays, fixed=fixed: op.call("triton", **arrays, **fixed, **options), inputs)
     return specs
 
 
@@ -70,9 +72,14 @@ def main() -> int:
     p.add_argument("--json", help="also write the rows to this file")
     p.add_argument("--T", default="", help="only the set's shapes with these sequence lengths (comma list)")
     p.add_argument("--only", default="", help="only these kernels (comma list of names)")
+    p.add_argument("--variant", help="one of the op's bench variants (its options go to every call)")
     args = p.parse_args()
+    op = bench.OPS[args.op]
+    if args.variant is not None and args.variant not in op.variants:
+        p.error(f"--variant: {args.op} has {sorted(op.variants)}, got {args.variant!r}")
     lengths = [int(t) for t in args.T.split(",")] if args.T else None
-    specs = compile_check.distinct(record(args.op, args.shapes, args.all_configs, lengths))
+    options = dict(op.variants[args.variant]) if args.variant else None
+    specs = compile_check.distinct(record(args.op, args.shapes, args.all_configs, lengths, options))
     if args.only:
         specs = [s for s in specs if s["kernel"] in args.only.split(",")]
     result = compile_check.compile_all(specs, last="resources", workers=args.workers)

@@ -65,7 +65,10 @@ def _kda_ops(dtype):
 def _attention(dtype):
     for case in verify.FLASH_CASES:
         inputs, options = verify.flash_case_inputs(case, dtype)
-        for tuning in (FlashTuning(dq="atomic"), FlashTuning(dq="pass")):
+        tunings = [FlashTuning(dq="atomic"), FlashTuning(dq="pass")]
+        if inputs["q"].shape[-1] * jnp.dtype(dtype).itemsize % 16 == 0:  # what tensor descriptors need
+            tunings.append(FlashTuning(forward_loads="tma"))
+        for tuning in tunings:
             _trace(workbench.flash_attention, inputs, ("q", "k", "v", "sinks", "bias"), tuning=tuning, **options)
     # the ring's block kernels (attention_block and its backward), on a mesh of this one device
     mesh = jax.make_mesh((1,), ("sp",))

@@ -551,7 +551,38 @@ def test_atomic_dq_equals_the_dq_pass(seed, shape, config, dropout):
     assert_same(atomic, separate)
 
 
-@pytest.mark.parametrize("field,value", [("dq", "atomics"), ("split_rows", "yes"), ("backward", "jax")])
+@law
+@given(seed=strategies.seeds, shape=shapes(st.sampled_from([1, 7, 33, 64])), config=configurations(),
+       packed=st.one_of(st.none(), packed_bounds()), D=st.sampled_from([8, 16, 40, 64]),
+       dtype=st.sampled_from([jnp.float32, jnp.bfloat16]))
+@example(seed=7, shape=(1, 33, 64, 2, 1, 40), config=(dict(sinks=True, bias="1H", segments=0),
+                                                      dict(causal=True, sliding_window=(9, 3))),
+         packed=([0, 0, 1, 20], [0, 5, 5, 30]), D=40, dtype=jnp.bfloat16)
+def test_tma_forward_equals_pointer_forward(seed, shape, config, packed, D, dtype):
+    """`Tuning(forward_loads="tma")`: K and V through tensor descriptors of each sequence (out-of-range rows
+    and the columns past D read as 0) give exactly what the masked pointer loads give, for both row
+    layouts, packed sequences and every mask."""
+    made, options = config
+    B, Tq, Tk, H, Hkv, _ = shape
+    if packed is not None:
+        B, Tq, Tk = 1, packed[0][-1], packed[1][-1]
+        made = {**made, "bias": None if made["bias"] is None else "1H"}
+    inputs = inputs_for(seed, (B, Tq, Tk, H, Hkv, D), dtype=dtype, cu_seqlens=packed, **made)
+    cts = cotangents(seed + 1, inputs)
+    for split in (True, False):
+        pointers = kernel_results(inputs, cts, tuning=Tuning(split_rows=split), **options)
+        tma = kernel_results(inputs, cts, tuning=Tuning(split_rows=split, forward_loads="tma"), **options)
+        assert_same(tma, pointers, tol=0.0)
+
+
+def test_tma_forward_needs_16_byte_rows():
+    inputs = inputs_for(3, (1, 16, 16, 2, 1, 12), dtype=jnp.bfloat16)
+    with pytest.raises(ValueError, match=r"forward_loads='tma'.*multiple of 16 bytes, got D = 12 in bfloat16"):
+        workbench.flash_attention(inputs["q"], inputs["k"], inputs["v"], tuning=Tuning(forward_loads="tma"))
+
+
+@pytest.mark.parametrize("field,value", [("dq", "atomics"), ("split_rows", "yes"), ("backward", "jax"),
+                                         ("forward_loads", "tma_ws")])
 def test_bad_tuning_is_a_value_error(field, value):
     with pytest.raises(ValueError, match=f"Tuning.{field}"):
         Tuning(**{field: value})
@@ -590,9 +621,11 @@ CONFIG_CASES = {
     "fwd": dict(shape=(1, 300, 428, 1, 1, 16), options=dict(causal=True, sliding_window=384)),
 }
 KERNELS = {"fwd-split": kernels.flash_fwd_split_kernel, "fwd-banded": kernels.flash_fwd_banded_kernel,
+           "fwd-split-tma": kernels.flash_fwd_split_kernel, "fwd-banded-tma": kernels.flash_fwd_banded_kernel,
            "dkdv-atomic-dq": kernels.flash_bwd_dkdv_dq_kernel, "dkdv": kernels.flash_bwd_dkdv_pass_kernel,
            "dq": kernels.flash_bwd_dq_kernel}
-OUTPUTS = {"fwd-split": ("o", "lse"), "fwd-banded": ("o", "lse"), "dkdv-atomic-dq": ("dq", "dk", "dv", "dbias"),
+OUTPUTS = {"fwd-split": ("o", "lse"), "fwd-banded": ("o", "lse"), "fwd-split-tma": ("o", "lse"),
+           "fwd-banded-tma": ("o", "lse"), "dkdv-atomic-dq": ("dq", "dk", "dv", "dbias"),
            "dkdv": ("dk", "dv"), "dq": ("dq", "dbias")}
 
 
@@ -636,7 +669,8 @@ def test_every_autotune_config(name, config_cases):
     # a forward alone needs no backward kernel: let the reference's vjp stand in for it; the case is
     # causal, so the split forward is chosen explicitly
     if name.startswith("fwd"):
-        tuning = Tuning(backward="reference", split_rows=name == "fwd-split")
+        tuning = Tuning(backward="reference", split_rows=name.startswith("fwd-split"),
+                        forward_loads="tma" if name.endswith("-tma") else "pointers")
     else:  # the two-pass kernels run with Tuning(dq="pass") only
         tuning = Tuning(dq="atomic" if name == "dkdv-atomic-dq" else "pass")
     for index, config in enumerate(configs):

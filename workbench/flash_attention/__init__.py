@@ -44,11 +44,17 @@ class Tuning:
         with atomics (5 products per tile, one pass; float additions in a run-dependent order, so dq
         may differ between runs in its last bits); "pass": a second pass per query block owns its
         rows (7 products per tile, two passes; bit-for-bit reproducible). None means "atomic".
+
+    forward_loads: how the forward reads K and V. "pointers": masked pointer loads; "tma": tensor
+        descriptors made on the device (Hopper's TMA copy engine on a GPU; rows past the sequence and
+        columns past D read as 0, as the masked loads give). Descriptors need rows of a multiple of 16
+        bytes (D a multiple of 8 in 16-bit dtypes, of 4 in float32). Not yet timed on a GPU.
     """
 
     backward: Literal["triton", "reference"] = "triton"
     split_rows: bool | None = None
     dq: Literal["atomic", "pass"] | None = None
+    forward_loads: Literal["pointers", "tma"] = "pointers"
 
     def __post_init__(self):
         if self.backward not in ("triton", "reference"):
@@ -57,6 +63,8 @@ class Tuning:
             raise ValueError(f"Tuning.split_rows: expected None, True or False, got {self.split_rows!r}")
         if self.dq not in (None, "atomic", "pass"):
             raise ValueError(f"Tuning.dq: expected None, 'atomic' or 'pass', got {self.dq!r}")
+        if self.forward_loads not in ("pointers", "tma"):
+            raise ValueError(f"Tuning.forward_loads: expected 'pointers' or 'tma', got {self.forward_loads!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +188,10 @@ def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _St
     B, Tq, H, D = q.shape
     N = cu_q.shape[0] - 1
     arrays, scalars, meta = _launch_args(q, k, sinks, bias, q_seg, kv_seg, seeds, static)
+    loads = static.tuning.forward_loads
+    if loads != "pointers" and (D * q.dtype.itemsize) % 16:
+        raise ValueError(f"Tuning.forward_loads={loads!r}: tensor descriptors need rows of a multiple of 16 bytes, "
+                         f"got D = {D} in {q.dtype.name} (q shape {tuple(q.shape)})")
     o, lse, o_f32 = triton_call(
         _packed(q), _packed(k), _packed(v), cu_q, cu_k, arrays["bias"], arrays["q_seg"], arrays["kv_seg"],
         arrays["sinks"], arrays["seeds"],
@@ -187,7 +199,7 @@ def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _St
         out_shape=[jax.ShapeDtypeStruct((1, B * Tq, H, D), q.dtype), jax.ShapeDtypeStruct((B, H, Tq), jnp.float32),
                    jax.ShapeDtypeStruct((1, B * Tq, H, D) if keep_f32 else (0,), jnp.float32)],
         grid=lambda m: (triton.cdiv(B * Tq if static.varlen else Tq, m["BM"]), N * H),
-        name="workbench_flash_fwd", KEEP_F32=keep_f32, **scalars, **meta,
+        name="workbench_flash_fwd", KEEP_F32=keep_f32, TMA=loads == "tma", **scalars, **meta,
     )
     o, o_f32 = o.reshape(q.shape), (o_f32.reshape(q.shape) if keep_f32 else None)
     if static.varlen:  # rows outside every sequence (the bounds rule) are never written: an empty row's values

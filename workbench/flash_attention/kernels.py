@@ -244,17 +244,22 @@ def _fwd_tiles(acc_a, m_a, l_a, acc_b, m_b, l_b, b_qa, b_qb, o_a, o_b, k_base, v
                HKV: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, BN: tl.constexpr,
                MASKED: tl.constexpr, F32: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
                SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr,
-               HAS_SEGMENTS: tl.constexpr, SPLIT: tl.constexpr):
+               HAS_SEGMENTS: tl.constexpr, SPLIT: tl.constexpr, TMA: tl.constexpr):
     """(fa.2) Key tiles [lo, hi) for the row block, split (SPLIT) into halves a and b or whole (a):
     each K, V tile is loaded once and feeds two independent online softmaxes, so one half's
     exponentials can run while the other half's matrix products are in flight. In a masked range a
     half skips the tiles outside its own reach = (lo_a, hi_a, lo_b, hi_b) (a causal diagonal or a
-    window edge cuts the halves apart)."""
+    window edge cuts the halves apart). With TMA, k_base and v_base are tensor descriptors of the
+    sequence's keys (rows past Lk and columns past D read as 0, as the masked loads give)."""
     o_d = tl.arange(0, BD)
     for j0 in range(lo, hi, BN):
         o_j = j0 + tl.arange(0, BN)
-        b_k = load_rows(k_base + o_j[:, None] * (HKV * D) + o_d[None, :], o_j, Lk, o_d, D, BD, MASKED)  # [BN, BD]
-        b_v = load_rows(v_base + o_j[:, None] * (HKV * D) + o_d[None, :], o_j, Lk, o_d, D, BD, MASKED)  # [BN, BD]
+        if TMA:
+            b_k = k_base.load([j0, 0])  # [BN, BD]
+            b_v = v_base.load([j0, 0])  # [BN, BD]
+        else:
+            b_k = load_rows(k_base + o_j[:, None] * (HKV * D) + o_d[None, :], o_j, Lk, o_d, D, BD, MASKED)
+            b_v = load_rows(v_base + o_j[:, None] * (HKV * D) + o_d[None, :], o_j, Lk, o_d, D, BD, MASKED)
         b_sk = 0
         if MASKED and HAS_SEGMENTS:
             b_sk = tl.load(kv_seg_base + o_j, mask=o_j < Lk, other=0)[None, :]
@@ -350,7 +355,7 @@ def flash_fwd_kernel(q, k, v, cu_q, cu_k, bias, q_seg, kv_seg, sinks, seeds,
                      CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
                      DROPOUT: tl.constexpr, VARLEN: tl.constexpr, F32: tl.constexpr, KEEP_F32: tl.constexpr,
                      HAS_BIAS: tl.constexpr, HAS_SEGMENTS: tl.constexpr, HAS_SINKS: tl.constexpr,
-                     BM: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr):
+                     TMA: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr):
     """o and lse for query rows [m0, m0 + BM) of one (sequence, head), with SPLIT in two halves of
     BM / 2 rows that share every K, V tile; with KEEP_F32 also o in float32 (before rounding to o's
     dtype), which a backward will follow. Row blocks run last-first: under a causal mask the late
@@ -377,6 +382,9 @@ def flash_fwd_kernel(q, k, v, cu_q, cu_k, bias, q_seg, kv_seg, sinks, seeds,
         b_qb = b_qa
     k_base = k + (bos_k * HKV + i_hk) * D
     v_base = v + (bos_k * HKV + i_hk) * D
+    if TMA:  # the sequence's keys of this kv head as [Lk, D] tensors read a [BN, BD] box at a time
+        k_base = tl.make_tensor_descriptor(k_base, shape=[Lk, D], strides=[HKV * D, 1], block_shape=[BN, BD])
+        v_base = tl.make_tensor_descriptor(v_base, shape=[Lk, D], strides=[HKV * D, 1], block_shape=[BN, BD])
     bias_head = bias + i_b * bias_stride_b + i_h * bias_stride_h
     drop_row0 = (i_b * H + i_h) * TQ_OUT + row0  # (fa.11) counters of dropout.py
 
@@ -391,17 +399,17 @@ def flash_fwd_kernel(q, k, v, cu_q, cu_k, bias, q_seg, kv_seg, sinks, seeds,
         acc_a, m_a, l_a, acc_b, m_b, l_b, b_qa, b_qb, o_a, o_b, k_base, v_base, lo, a, reach, Lq, Lk, off,
         bias_head, row0, col0, TK_OUT, q_seg + bos_q, kv_seg + bos_k, seeds, drop_row0, keep_threshold,
         scale, softcap, window_left, window_right, HKV, D, BD, BN, True, F32,
-        CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS, SPLIT)
+        CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS, SPLIT, TMA)
     acc_a, m_a, l_a, acc_b, m_b, l_b = _fwd_tiles(
         acc_a, m_a, l_a, acc_b, m_b, l_b, b_qa, b_qb, o_a, o_b, k_base, v_base, a, b, reach, Lq, Lk, off,
         bias_head, row0, col0, TK_OUT, q_seg + bos_q, kv_seg + bos_k, seeds, drop_row0, keep_threshold,
         scale, softcap, window_left, window_right, HKV, D, BD, BN, False, F32,
-        CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS, SPLIT)
+        CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS, SPLIT, TMA)
     acc_a, m_a, l_a, acc_b, m_b, l_b = _fwd_tiles(
         acc_a, m_a, l_a, acc_b, m_b, l_b, b_qa, b_qb, o_a, o_b, k_base, v_base, b, hi, reach, Lq, Lk, off,
         bias_head, row0, col0, TK_OUT, q_seg + bos_q, kv_seg + bos_k, seeds, drop_row0, keep_threshold,
         scale, softcap, window_left, window_right, HKV, D, BD, BN, True, F32,
-        CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS, SPLIT)
+        CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS, SPLIT, TMA)
 
     o_head = (bos_q * H + i_h) * D
     lse_head = (i_b * H + i_h) * TQ_OUT + row0
