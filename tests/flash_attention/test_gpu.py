@@ -96,6 +96,32 @@ def test_compiled_dq_pass_within_budget(case):
     _three_way(inputs, 2, tuning=Tuning(dq="pass"), **options)
 
 
+@pytest.mark.parametrize("case", ["causal-D128", "window+softcap+sinks+bias-D80"])
+def test_compiled_tma_forward_within_budget(case):
+    """`Tuning(forward_loads="tma")`: descriptors made on the device, in the launcher's global scratch."""
+    (B, Tq, Tk, H, Hkv, D), made, options = CASES[case]
+    inputs = testing.attention_inputs(1, B, Tq, Tk, H, Hkv, D, dtype=jnp.bfloat16, **made)
+    _three_way(inputs, 2, tuning=Tuning(forward_loads="tma"), **options)
+
+
+def test_compiled_tma_forward_matches_pointer_loads_on_varlen():
+    """Rows past each packed sequence read as 0 through the descriptors, as the masked loads read them."""
+    cu_q = jnp.asarray([0, 0, 1, 300, 777, 900, 1024], jnp.int32)
+    cu_k = jnp.asarray([0, 5, 6, 406, 900, 900, 1100], jnp.int32)
+    x = testing.attention_inputs(3, 1, 1024, 1100, 4, 2, 128, dtype=jnp.bfloat16, sinks=True)
+
+    def run(loads):
+        return jax.jit(lambda q, k, v, s: workbench.flash_attention(
+            q, k, v, sinks=s, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True,
+            tuning=Tuning(forward_loads=loads)))(x["q"], x["k"], x["v"], x["sinks"])
+
+    (o_t, lse_t), (o_p, lse_p) = run("tma"), run("pointers")
+    assert testing.rms_rel(np.asarray(o_t, np.float64), np.asarray(o_p, np.float64)) <= 4e-3  # bf16 roundings at most
+    finite = np.isfinite(np.asarray(lse_p))
+    np.testing.assert_array_equal(np.isfinite(np.asarray(lse_t)), finite)
+    assert testing.rms_rel(np.asarray(lse_t)[finite], np.asarray(lse_p)[finite]) <= 1e-6
+
+
 def test_compiled_atomic_dq_is_close_run_to_run():
     """Atomic dQ adds in a run-dependent order: two runs differ at most by float32 rounding of the sums."""
     inputs = testing.attention_inputs(10, 2, 2048, 2048, 8, 2, 128, dtype=jnp.float32)
