@@ -44,7 +44,6 @@ class Tuning:
         with atomics (5 products per tile, one pass; float additions in a run-dependent order, so dq
         may differ between runs in its last bits); "pass": a second pass per query block owns its
         rows (7 products per tile, two passes; bit-for-bit reproducible). None means "atomic".
-
     forward_loads: how the forward reads K and V. "pointers": masked pointer loads; "tma": tensor
         descriptors made on the device (Hopper's TMA copy engine on a GPU; rows past the sequence and
         columns past D read as 0, as the masked loads give). Descriptors need rows of a multiple of 16
