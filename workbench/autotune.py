@@ -594,6 +594,15 @@ class KernelCache:
                              "binary": result.binary, "ttir": text, **scratch})
         return result
 
+    def _compiled(self, backend_init_func, platform, fn, arg_dtypes, scalar_args, kwargs):
+        """jax-triton's (kernel, attrs), and what `compile_captured` saw: [] when its in-process cache had it."""
+        self.local.captured = captured = []
+        try:
+            kernel, attrs = self.get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, **kwargs)
+        finally:
+            self.local.captured = None
+        return kernel, attrs, captured
+
     def _launchable(self, kernel, entry: Mapping[str, Any] | None, num_warps, num_ctas, cc):
         """The kernel jax-triton built, or, when the compile asked for global scratch (TMA descriptors made on
         the device: `tl.make_tensor_descriptor`), the same kernel built again with its scratch size, which
@@ -632,11 +641,7 @@ class KernelCache:
             return self.get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, **kwargs)
         cc = compute_capability if compute_capability is not None else lib.get_compute_capability(0)
         if dump or mode() == "off":  # no disk cache; a kernel that needs global scratch still gets it
-            self.local.captured = captured = []
-            try:
-                kernel, attrs = self.get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, **kwargs)
-            finally:
-                self.local.captured = None
+            kernel, attrs, captured = self._compiled(backend_init_func, platform, fn, arg_dtypes, scalar_args, kwargs)
             return self._launchable(kernel, captured[0] if captured else None, num_warps, num_ctas, cc), attrs
         key = kernel_key(fn, platform, arg_dtypes, scalar_args, num_warps=num_warps, num_stages=num_stages,
                          num_ctas=num_ctas, compute_capability=cc, enable_fp_fusion=enable_fp_fusion,
@@ -667,11 +672,7 @@ class KernelCache:
                 with _LOCK:
                     self.memory[name] = (kernel, attrs)
                 return kernel, attrs
-        self.local.captured = captured = []
-        try:
-            kernel, attrs = self.get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, **kwargs)
-        finally:
-            self.local.captured = None
+        kernel, attrs, captured = self._compiled(backend_init_func, platform, fn, arg_dtypes, scalar_args, kwargs)
         if len(captured) == 1:  # compiled now (not found in jax-triton's own in-process cache)
             STATS["kernels_compiled"] += 1
             store.write(key, {**captured[0], "attrs": [[list(index), value] for index, value in attrs.items()]})
