@@ -99,8 +99,8 @@ def main(argv=None) -> int:
     op = bench.OPS[args.op]
     if args.shapes not in op.shape_sets:
         parser.error(f"--shapes: {args.op} has {sorted(op.shape_sets)}, got {args.shapes!r}")
-    if args.variant is not None and args.variant not in op.variants:
-        parser.error(f"--variant: {args.op} has {sorted(op.variants)}, got {args.variant!r}")
+    if args.variant is not None:
+        bench.chosen_variants(args.op, [args.variant])  # an unknown name is a ValueError naming the known ones
     kernel = kernel_at(args.kernel)
     indices = None if args.configs is None else [int(i) for i in args.configs.split(",")]
     rows = run(args.op, args.shapes, kernel, indices, args.variant, args.iters, args.reps)

@@ -75,8 +75,8 @@ def main() -> int:
     p.add_argument("--variant", help="one of the op's bench variants (its options go to every call)")
     args = p.parse_args()
     op = bench.OPS[args.op]
-    if args.variant is not None and args.variant not in op.variants:
-        p.error(f"--variant: {args.op} has {sorted(op.variants)}, got {args.variant!r}")
+    if args.variant is not None:
+        bench.chosen_variants(args.op, [args.variant])  # an unknown name is a ValueError naming the known ones
     lengths = [int(t) for t in args.T.split(",")] if args.T else None
     options = dict(op.variants[args.variant]) if args.variant else None
     specs = compile_check.distinct(record(args.op, args.shapes, args.all_configs, lengths, options))
