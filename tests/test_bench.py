@@ -287,6 +287,40 @@ def test_a_run_cut_short_leaves_a_partial_record(tmp_path, monkeypatch, no_fla, 
     assert sorted(p.name for p in tmp_path.glob("*.partial")) == [partial.name]  # only the cut run's
 
 
+def test_runs_in_the_same_second_keep_separate_records(tmp_path, monkeypatch, no_fla, no_ejkernel):
+    """A run cut short and the next run started within the same second must not share a record name: the second
+    would overwrite the first's partial record and then remove it when it completes."""
+    monkeypatch.setattr(bench, "stamp_now", lambda: "20261125T000000Z")
+    real = bench.jax_calls
+
+    def failing_reference(op, implementation, *args, **kwargs):
+        calls = real(op, implementation, *args, **kwargs)
+        if implementation == "reference" and args[1]:
+            return dataclasses.replace(calls, forward=lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
+        return calls
+
+    monkeypatch.setattr(bench, "jax_calls", failing_reference)
+    with pytest.raises(KeyboardInterrupt):
+        _bench(tmp_path)
+    monkeypatch.setattr(bench, "jax_calls", real)
+    assert _bench(tmp_path) == 0
+    assert _bench(tmp_path) == 0
+    assert [p.name for p in _records(tmp_path)] == ["recurrent-20261125T000000Z-2.json",
+                                                   "recurrent-20261125T000000Z-3.json"]
+    (partial,) = tmp_path.glob("*.partial")
+    assert partial.name == "recurrent-20261125T000000Z.json.partial"
+    assert {r["implementation"] for r in json.loads(partial.read_text())["results"]} == {"triton"}
+
+
+def test_a_run_failing_before_any_row_leaves_no_partial_record(tmp_path, monkeypatch, no_fla, no_ejkernel):
+    def refuse(*args, **kwargs):
+        raise bench.Refused("no rows")
+
+    monkeypatch.setattr(bench, "run", refuse)
+    assert _bench(tmp_path) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_T_filter_refuses_lengths_the_set_does_not_have():
     with pytest.raises(ValueError, match="--T: expected sequence lengths of shape set 'tiny' \\(32\\)"):
         bench.run("flash_attention", "tiny", tokens=[64])

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import itertools
 import json
 import math
 import os
@@ -1040,6 +1041,38 @@ def first_call_table(record: Mapping[str, Any]) -> str:
 
 def stamp_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def claim_stamp(op: str, out: Path) -> str:
+    """A stamp for a new run of `op` whose record names in `out` no other run holds: the UTC time, with `-2`, `-3`, …
+    after it when a run of the same second already left `<op>-<stamp>.json` or `.json.partial` there. The name is
+    claimed by creating its `.json.partial` (exclusively, so two processes cannot take the same one), holding an
+    empty incomplete record until the run's first progress replaces it."""
+    out.mkdir(parents=True, exist_ok=True)
+    base = stamp_now()
+    for n in itertools.count(1):
+        stamp = base if n == 1 else f"{base}-{n}"
+        if (out / f"{op}-{stamp}.json").exists():
+            continue
+        try:
+            with (out / f"{op}-{stamp}.json.partial").open("x") as fh:
+                json.dump({"op": op, "complete": False, "results": []}, fh)
+                fh.write("\n")
+        except FileExistsError:
+            continue
+        return stamp
+    raise AssertionError("unreachable")
+
+
+def release_stamp(op: str, out: Path, stamp: str) -> None:
+    """Remove the `.json.partial` that `claim_stamp` made if the run ended before recording anything in it (a run
+    that measured something keeps its partial record)."""
+    path = out / f"{op}-{stamp}.json.partial"
+    try:
+        if not json.loads(path.read_text())["results"]:
+            path.unlink()
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        pass
 
 
 def write_partial(record: Mapping[str, Any], out: Path, stamp: str) -> Path:

@@ -109,14 +109,18 @@ def _bench(args: argparse.Namespace, command: str) -> int:
         if ring:
             record = bench_ring.run(args.shapes, iters=args.iters, reps=args.reps, command=command)
         else:
-            stamp = bench.stamp_now()
-            record = bench.run(args.op, args.shapes, iters=args.iters, reps=args.reps,
-                               implementations=implementations, peers=args.peers, command=command, tokens=args.T,
-                               errors_from=args.errors_from,
-                               variants=(False if args.no_variants else
-                                         [v.strip() for v in args.variants.split(",") if v.strip()]
-                                         if args.variants else True),
-                               progress=lambda partial: bench.write_partial(partial, args.out, stamp))
+            stamp = bench.claim_stamp(args.op, args.out)
+            try:
+                record = bench.run(args.op, args.shapes, iters=args.iters, reps=args.reps,
+                                   implementations=implementations, peers=args.peers, command=command, tokens=args.T,
+                                   errors_from=args.errors_from,
+                                   variants=(False if args.no_variants else
+                                             [v.strip() for v in args.variants.split(",") if v.strip()]
+                                             if args.variants else True),
+                                   progress=lambda partial: bench.write_partial(partial, args.out, stamp))
+            except BaseException:
+                bench.release_stamp(args.op, args.out, stamp)
+                raise
         path = bench.write(record, args.out, None if ring else stamp)
     except bench.Refused as exc:
         print(f"workbench bench: refused: {exc}", file=sys.stderr)
@@ -131,8 +135,12 @@ def _first_call(args: argparse.Namespace, command: str) -> int:
         raise ValueError("--first-call: ring_attention has no first-call mode (its bench runs on several devices)")
     out = args.out or bench.FIRST_CALL_OUT
     try:
-        stamp = bench.stamp_now()
-        record = bench.first_call(args.op, args.shapes, command=command)
+        stamp = bench.claim_stamp(args.op, out)
+        try:
+            record = bench.first_call(args.op, args.shapes, command=command)
+        except BaseException:
+            bench.release_stamp(args.op, out, stamp)
+            raise
         path = bench.write(record, out, stamp)
     except bench.Refused as exc:
         print(f"workbench bench: refused: {exc}", file=sys.stderr)
