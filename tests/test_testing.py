@@ -1,10 +1,11 @@
-"""`workbench.testing`'s input factories draw exactly what `jax.random` draws for the same key and
+"""`workbench.testing`: its input factories draw exactly what `jax.random` draws for the same key and
 shape (they cut a flat draw of a power-of-two length, so that a few compilations serve every shape):
-pinned seeds keep meaning the same inputs."""
+pinned seeds keep meaning the same inputs; and the error budget admits what it must and refuses a fault."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from workbench import testing
 
@@ -32,3 +33,32 @@ def test_factories_without_partitionable_threefry_draw_the_shape():
     key, shape = jax.random.key(12), (5, 7)
     with jax.threefry_partitionable(False):
         assert bits(testing.normal(key, shape)) == bits(jax.random.normal(key, shape, jnp.float32))
+
+
+def _draw(rng, n, relative_error):
+    """(kernel, reference, floor, oracle) for n values: the reference rounds the oracle to bfloat16 once; the
+    kernel first takes a relative error drawn uniformly in ±`relative_error` (an intermediate's rounding, or
+    a fault), then the same rounding; the floor is the oracle itself."""
+    oracle = rng.standard_normal(n)
+    reference = jnp.asarray(oracle, jnp.bfloat16)
+    kernel = jnp.asarray(oracle * (1 + rng.uniform(-relative_error, relative_error, n)), jnp.bfloat16)
+    return kernel, reference, oracle, oracle
+
+
+@pytest.mark.parametrize("n", [8, 64, 4096])
+def test_a_second_rounding_passes_at_every_size(n):
+    """A kernel that rounds an intermediate to bfloat16 once more than the reference (relative error up to half
+    an ulp, 2⁻⁸) errs about √2 × the reference: over few elements the spread of the RMS decides, and the budget
+    must admit such a kernel in all but a rare draw."""
+    rng = np.random.default_rng(n)
+    draws = 400
+    failed = sum(not testing.compare_with_floor("x", *_draw(rng, n, 2.0 ** -8)).ok for _ in range(draws))
+    assert failed <= draws // 100, f"{failed} of {draws} draws over the budget at n = {n}"
+
+
+@pytest.mark.parametrize("n", [8, 64, 4096])
+def test_a_kernel_off_by_two_percent_fails_at_every_size(n):
+    rng = np.random.default_rng(n + 1)
+    draws = 50
+    failed = sum(not testing.compare_with_floor("x", *_draw(rng, n, 0.04)).ok for _ in range(draws))
+    assert failed >= draws * 0.9, f"only {failed} of {draws} draws over the budget at n = {n}"
