@@ -14,7 +14,8 @@ import pytest
 import triton
 import triton.language as tl
 
-from workbench import compile_check, launch, verify
+from workbench import compile_check, launch, testing, verify
+from workbench.flash_attention import kernels
 from workbench.chunk_gla import Tuning as GlaTuning
 from workbench.flash_attention import Tuning as FlashTuning
 from workbench.kda import Tuning as KdaTuning
@@ -68,6 +69,9 @@ def _attention(dtype):
         tunings = [FlashTuning(dq="atomic"), FlashTuning(dq="pass")]
         if inputs["q"].shape[-1] * jnp.dtype(dtype).itemsize % 16 == 0:  # what tensor descriptors need
             tunings.append(FlashTuning(forward_loads="tma"))
+            if (dtype != jnp.float32 and inputs["q"].shape[-1] <= 128 and inputs.get("bias") is None
+                    and inputs.get("segment_ids") is None):
+                tunings.append(FlashTuning(forward="warp_specialized"))
         for tuning in tunings:
             _trace(workbench.flash_attention, inputs, ("q", "k", "v", "sinks", "bias"), tuning=tuning, **options)
     # the ring's block kernels (attention_block and its backward), on a mesh of this one device
@@ -95,6 +99,48 @@ def test_every_kernel_compiles_for_hopper(family):
     print(f"{result['compiled']} distinct launches of {len(kernels)} kernels compiled to {STAGE} for sm_90 in "
           f"{result['seconds']} s")
     assert not result["failed"], "\n\n".join(compile_check.describe(f) for f in result["failed"])
+
+
+# What Tuning(forward="warp_specialized") takes, one case per feature (bf16; float16 once; packed sequences once)
+SPECIALIZED_CASES = [
+    (dict(B=2, Tq=256, Tk=256, H=4, Hkv=4, D=128), dict(), dict(causal=False)),
+    (dict(B=2, Tq=256, Tk=320, H=4, Hkv=2, D=64), dict(sinks=True), dict(causal=True, sliding_window=(40, 3),
+                                                                         softcap=20.0)),
+    (dict(B=1, Tq=256, Tk=256, H=4, Hkv=1, D=128), dict(), dict(causal=True, dropout_rate=0.1)),
+    (dict(B=1, Tq=256, Tk=256, H=4, Hkv=2, D=96, dtype=jnp.float16), dict(), dict(causal=True)),
+    (dict(B=1, Tq=300, Tk=400, H=4, Hkv=2, D=128), dict(cu_seqlens=([0, 100, 300], [0, 150, 400])),
+     dict(causal=True)),
+]
+
+
+def test_the_specialized_forward_is_warp_specialized_for_hopper():
+    """`Tuning(forward="warp_specialized")` exists for one thing: Triton 3.6 turning its key loop into a TMA producer
+    warp group and two computing ones (TTGIR's `ttg.warp_specialize`; 4 warps become 12). A change that breaks the
+    loop's shape (a second loop, a branch between steps, an early return, a pointer load inside) either fails in
+    the compiler or, worse, quietly compiles the unspecialized loop: this fails in both cases, for every config
+    and every feature the path takes, with and without the float32 copy of o that a backward asks for."""
+    tuning = FlashTuning(forward="warp_specialized")
+    with compile_check.record(all_configs=True) as specs:
+        for index, (shape, made, options) in enumerate(SPECIALIZED_CASES):
+            made = dict(made)
+            packed = made.pop("cu_seqlens", None)
+            inputs = testing.attention_inputs(index, **{"dtype": jnp.bfloat16, **shape}, **made)
+            if packed is not None:
+                inputs["cu_seqlens_q"], inputs["cu_seqlens_k"] = (jnp.asarray(c, jnp.int32) for c in packed)
+            if options.get("dropout_rate"):
+                inputs["dropout_key"] = jax.random.key(index)
+            jax.eval_shape(lambda x: workbench.flash_attention(**x, **options, tuning=tuning), inputs)
+            _trace(workbench.flash_attention, inputs, ("q", "k", "v", "sinks"), tuning=tuning, **options)
+    specs = compile_check.distinct([s for s in specs if s["kernel"] == "flash_fwd_specialized_kernel"])
+    configs = len(launch.autotune_configs(kernels.flash_fwd_specialized_kernel))
+    assert len(specs) == 2 * len(SPECIALIZED_CASES) * configs, len(specs)
+    assert {s["constexprs"]["VARLEN"] for s in specs} == {False, True}
+    result = compile_check.compile_all(specs, last="specialization", workers=2)
+    assert not result["failed"], "\n\n".join(compile_check.describe(f) for f in result["failed"])
+    for row in result["specialization"]:
+        spec, found = row["spec"], row["specialization"]
+        assert found == {"warp_specialized": True, "warps": 12}, (spec, found)
+    print(f"{len(result['specialization'])} launches of the specialized forward: 12 warps each, in {result['seconds']} s")
 
 
 @triton.jit

@@ -159,9 +159,10 @@ def _source(spec: Mapping[str, Any]):
     return ASTSource(fn=fn, signature=signature, constexprs=dict(spec["constexprs"]), attrs=attrs)
 
 
-def _compile_one(spec: Mapping[str, Any], last: str) -> None:
+def _compile_one(spec: Mapping[str, Any], last: str):
     """Triton's own pipeline (`triton.compile`, without its cache) from the kernel's source up to stage
-    `last`: "ttir" is the front end (where type errors are found), "cubin" runs ptxas too."""
+    `last`: "ttir" is the front end (where type errors are found), "cubin" runs ptxas too. Returns that
+    stage's module (IR) or binary."""
     from triton._C.libtriton import ir
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import make_backend
@@ -182,7 +183,8 @@ def _compile_one(spec: Mapping[str, Any], last: str) -> None:
     for name, stage in stages.items():
         module = stage(module, metadata)
         if name == last:
-            return
+            return module
+    raise ValueError(f"compile_check: no stage {last!r} in {list(stages)}")
 
 
 _SASS_COUNTS = ("HGMMA", "HMMA", "LDL", "STL", "MUFU.EX2", "BAR")
@@ -215,6 +217,16 @@ def _resources(spec: Mapping[str, Any]) -> dict[str, Any]:
             **{op: ops.count(op) for op in _SASS_COUNTS}}
 
 
+def _specialization(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Whether Triton warp-specialized the kernel (a `ttg.warp_specialize` op in its TTGIR, compiled up to that
+    stage) and the warps it then runs: the kernel's own plus each partition's `num_warps(n)`."""
+    import re
+
+    text = str(_compile_one(spec, "ttgir"))
+    partitions = [int(n) for n in re.findall(r"partition\d+\([^{]*?\) num_warps\((\d+)\)", text, flags=re.S)]
+    return {"warp_specialized": "ttg.warp_specialize" in text, "warps": spec["num_warps"] + sum(partitions)}
+
+
 def _child(path: str, last: str) -> int:
     """Compile every spec of the JSON file to stage `last`; one JSON line per failure, then a summary."""
     specs = json.loads(open(path).read())
@@ -224,6 +236,8 @@ def _child(path: str, last: str) -> int:
         try:
             if last == "resources":
                 print(json.dumps({"spec": spec, "resources": _resources(spec)}, default=repr), flush=True)
+            elif last == "specialization":
+                print(json.dumps({"spec": spec, "specialization": _specialization(spec)}, default=repr), flush=True)
             else:
                 _compile_one(spec, last)
         except Exception as exc:  # noqa: BLE001 - every failure is reported, not raised
@@ -239,13 +253,14 @@ def compile_all(specs: Sequence[Mapping[str, Any]], *, last: str = "cubin", work
     """Compile the distinct specs for sm_90 up to stage `last` (STAGES) in `workers` child processes
     (compiled Triton, no GPU needed).
 
-    `last="resources"` compiles to a cubin and adds each spec's `_resources` under "resources".
+    `last="resources"` compiles to a cubin and adds each spec's `_resources` under "resources";
+    `last="specialization"` compiles to TTGIR and adds each spec's `_specialization` under "specialization".
     Returns {"compiled": n, "failed": [{"spec", "error"}, ...], "resources": [{"spec", "resources"}, ...],
-    "seconds": wall}."""
+    "specialization": [{"spec", "specialization"}, ...], "seconds": wall}."""
     import tempfile
 
-    if last not in (*STAGES, "resources"):
-        raise ValueError(f"last: expected one of {', '.join(STAGES)} or resources, got {last!r}")
+    if last not in (*STAGES, "resources", "specialization"):
+        raise ValueError(f"last: expected one of {', '.join(STAGES)}, resources or specialization, got {last!r}")
     specs = distinct(specs)
     folder = folder or tempfile.mkdtemp(prefix="workbench-compile-check-")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -262,7 +277,7 @@ def compile_all(specs: Sequence[Mapping[str, Any]], *, last: str = "cubin", work
             json.dump(part, f)
         procs.append(subprocess.Popen([sys.executable, "-m", "workbench.compile_check", path, last], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    failures, compiled, resources = [], 0, []
+    failures, compiled, resources, specialization = [], 0, [], []
     for proc in procs:
         try:
             out, err = proc.communicate(timeout=max(1.0, timeout - (time.perf_counter() - start)))
@@ -276,8 +291,9 @@ def compile_all(specs: Sequence[Mapping[str, Any]], *, last: str = "cubin", work
                                f"{err[-4000:]}")
         failures += [line for line in lines[:-1] if "error" in line]
         resources += [line for line in lines[:-1] if "resources" in line]
+        specialization += [line for line in lines[:-1] if "specialization" in line]
         compiled += lines[-1]["compiled"]
-    return {"compiled": compiled, "failed": failures, "resources": resources,
+    return {"compiled": compiled, "failed": failures, "resources": resources, "specialization": specialization,
             "seconds": round(time.perf_counter() - start, 1)}
 
 

@@ -167,12 +167,13 @@ def describe(inputs, options):
     return f"{jnp.dtype(inputs['q'].dtype).name} {shapes} {extra} {options}"
 
 
-def check_against_oracle(inputs, seed, **options):
-    """Kernel and same-dtype reference against the float64 oracle; print the table; hold the budget.
+def check_against_oracle(inputs, seed, tuning=None, **options):
+    """Kernel (with `tuning`) and same-dtype reference against the float64 oracle; print the table; hold
+    the budget.
 
     Returns the kernel's results."""
     cts = cotangents(seed, inputs)
-    kernel = kernel_results(inputs, cts, **options)
+    kernel = kernel_results(inputs, cts, tuning=tuning, **options)
     reference = reference_results(inputs, cts, **options)
     oracle, empty, bound, atols = oracle_results(inputs, cts, kernel["o"], kernel["lse"], **options)
     print(f"\nflash_attention vs float64 oracle: seed={seed} {describe(inputs, options)}")
@@ -581,8 +582,64 @@ def test_tma_forward_needs_16_byte_rows():
         workbench.flash_attention(inputs["q"], inputs["k"], inputs["v"], tuning=Tuning(forward_loads="tma"))
 
 
+# ----------------------------------------------------------------------------- the warp-specialized forward
+
+SPECIALIZED = Tuning(forward="warp_specialized")
+
+
+@no_shrink
+@given(seed=strategies.seeds, shape=shapes(), D=st.sampled_from([8, 16, 24, 40, 64]),
+       config=configurations(), packed=st.one_of(st.none(), packed_bounds()),
+       dtype=st.sampled_from([jnp.bfloat16, jnp.float16]), rate=st.sampled_from([0.0, 0.0, 0.3]))
+@example(seed=11, shape=(1, 33, 64, 2, 1, 40), D=40, config=(dict(sinks=True, bias=None, segments=0),
+                                                            dict(causal=True, sliding_window=(9, 3), softcap=20.0)),
+         packed=([0, 0, 1, 20], [0, 5, 5, 30]), dtype=jnp.bfloat16, rate=0.3)
+def test_specialized_forward_matches_float64_oracle(seed, shape, D, config, packed, dtype, rate):
+    """`Tuning(forward="warp_specialized")` (one key loop over every visited tile, each masked; Q, K and V
+    through tensor descriptors; blocks past a packed sequence loop over nothing) is held to the oracle
+    budget on every feature it takes: masks, softcap, sinks, GQA, packed sequences (empty ones too),
+    dropout, Tq ≠ Tk. Its backward is the default one, on its o and lse."""
+    made, options = config
+    made = {**made, "bias": None, "segments": 0}
+    B, Tq, Tk, H, Hkv, _ = shape
+    if packed is not None:
+        B, Tq, Tk = 1, packed[0][-1], packed[1][-1]
+    inputs = inputs_for(seed, (B, Tq, Tk, H, Hkv, D), dtype=dtype, cu_seqlens=packed, dropout=rate > 0, **made)
+    if rate:
+        options = {**options, "dropout_rate": rate}
+    check_against_oracle(inputs, seed + 1, tuning=SPECIALIZED, **options)
+
+
+def test_every_specialized_config():
+    """Each config of the specialized forward (its own code path: block shapes decide which tiles the
+    single loop visits) on the forward config case, whose tiles are partly cut by the causal window and
+    partly whole, against the oracle (bf16 budget)."""
+    case = CONFIG_CASES["fwd"]
+    inputs = inputs_for(49, case["shape"], dtype=jnp.bfloat16, sinks=True)
+    tuning = Tuning(backward="reference", forward="warp_specialized")
+    configs = launch.autotune_configs(kernels.flash_fwd_specialized_kernel)
+    assert len(configs) >= 2
+    for index, config in enumerate(configs):
+        with launch.interpreter_config(kernels.flash_fwd_specialized_kernel, index):
+            print(f"\nconfig {index}: {config}")
+            check_against_oracle(inputs, 50, tuning=tuning, **case["options"])
+
+
+@pytest.mark.parametrize("made,dtype,D,match", [
+    (dict(bias="1H"), jnp.bfloat16, 16, r"takes no bias.*got bias of shape \(1, 2, 16, 16\)"),
+    (dict(segments=2), jnp.bfloat16, 16, r"takes no segment_ids.*got q ids of shape \(1, 16\)"),
+    ({}, jnp.float32, 16, r"needs bfloat16 or float16 inputs, got float32 \(q shape \(1, 16, 2, 16\)\)"),
+    ({}, jnp.bfloat16, 12, r"needs D ≤ 128 with rows of a multiple of 16 bytes.*got D = 12 in bfloat16"),
+    ({}, jnp.float16, 192, r"needs D ≤ 128 with rows of a multiple of 16 bytes.*got D = 192 in float16"),
+])
+def test_specialized_forward_refuses_what_it_cannot_run(made, dtype, D, match):
+    inputs = inputs_for(5, (1, 16, 16, 2, 1, D), dtype=dtype, **made)
+    with pytest.raises(ValueError, match="Tuning.forward='warp_specialized': " + match):
+        workbench.flash_attention(**inputs, tuning=SPECIALIZED)
+
+
 @pytest.mark.parametrize("field,value", [("dq", "atomics"), ("split_rows", "yes"), ("backward", "jax"),
-                                         ("forward_loads", "tma_ws")])
+                                         ("forward_loads", "tma_ws"), ("forward", "specialized")])
 def test_bad_tuning_is_a_value_error(field, value):
     with pytest.raises(ValueError, match=f"Tuning.{field}"):
         Tuning(**{field: value})

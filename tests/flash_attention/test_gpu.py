@@ -122,6 +122,43 @@ def test_compiled_tma_forward_matches_pointer_loads_on_varlen():
     assert testing.rms_rel(np.asarray(lse_t)[finite], np.asarray(lse_p)[finite]) <= 1e-6
 
 
+SPECIALIZED_CASES = {
+    "causal-D128": CASES["causal-D128"],
+    "non-causal-D80-GQA-Tq<Tk": CASES["non-causal-D80-GQA-Tq<Tk"],
+    "window+softcap+sinks-D64": ((1, 1024, 1024, 4, 1, 64), dict(sinks=True),
+                                 dict(causal=True, sliding_window=256, softcap=30.0)),
+}
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("case", SPECIALIZED_CASES.values(), ids=SPECIALIZED_CASES.keys())
+def test_compiled_specialized_forward_within_budget(case, dtype):
+    """`Tuning(forward="warp_specialized")`: Triton's warp-specialized loop (a TMA producer warp group, two
+    computing), its descriptors in the launcher's global scratch."""
+    (B, Tq, Tk, H, Hkv, D), made, options = case
+    inputs = testing.attention_inputs(1, B, Tq, Tk, H, Hkv, D, dtype=dtype, **made)
+    _three_way(inputs, 2, tuning=Tuning(forward="warp_specialized"), **options)
+
+
+def test_compiled_specialized_forward_matches_the_default_on_varlen():
+    """Packed sequences (empty ones, and blocks past a sequence's end that loop over nothing) through the
+    specialized forward equal the default forward to bf16 rounding, lse's −inf rows exactly."""
+    cu_q = jnp.asarray([0, 0, 1, 300, 777, 900, 1024], jnp.int32)
+    cu_k = jnp.asarray([0, 5, 6, 406, 900, 900, 1100], jnp.int32)
+    x = testing.attention_inputs(3, 1, 1024, 1100, 4, 2, 128, dtype=jnp.bfloat16, sinks=True)
+
+    def run(forward):
+        return jax.jit(lambda q, k, v, s: workbench.flash_attention(
+            q, k, v, sinks=s, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True,
+            tuning=Tuning(forward=forward)))(x["q"], x["k"], x["v"], x["sinks"])
+
+    (o_s, lse_s), (o_p, lse_p) = run("warp_specialized"), run("pipelined")
+    assert testing.rms_rel(np.asarray(o_s, np.float64), np.asarray(o_p, np.float64)) <= 4e-3  # bf16 roundings at most
+    finite = np.isfinite(np.asarray(lse_p))
+    np.testing.assert_array_equal(np.isfinite(np.asarray(lse_s)), finite)
+    assert testing.rms_rel(np.asarray(lse_s)[finite], np.asarray(lse_p)[finite]) <= 1e-6
+
+
 def test_compiled_atomic_dq_is_close_run_to_run():
     """Atomic dQ adds in a run-dependent order: two runs differ at most by float32 rounding of the sums."""
     inputs = testing.attention_inputs(10, 2, 2048, 2048, 8, 2, 128, dtype=jnp.float32)

@@ -48,12 +48,19 @@ class Tuning:
         descriptors made on the device (Hopper's TMA copy engine on a GPU; rows past the sequence and
         columns past D read as 0, as the masked loads give). Descriptors need rows of a multiple of 16
         bytes (D a multiple of 8 in 16-bit dtypes, of 4 in float32). Not yet timed on a GPU.
+    forward: the forward kernel's schedule. "pipelined": software-pipelined loads (`split_rows` and
+        `forward_loads` apply). "warp_specialized": Q, K and V through tensor descriptors and one key
+        loop that Triton warp-specializes on Hopper (a warp group issuing TMA loads, two computing);
+        every visited tile is masked. It takes causal masks, windows, softcap, sinks, dropout, GQA and
+        packed sequences, not a bias, segment ids or float32, and D ≤ 128 with rows of a multiple of 16
+        bytes (ValueError otherwise). Not yet timed on a GPU.
     """
 
     backward: Literal["triton", "reference"] = "triton"
     split_rows: bool | None = None
     dq: Literal["atomic", "pass"] | None = None
     forward_loads: Literal["pointers", "tma"] = "pointers"
+    forward: Literal["pipelined", "warp_specialized"] = "pipelined"
 
     def __post_init__(self):
         if self.backward not in ("triton", "reference"):
@@ -64,6 +71,8 @@ class Tuning:
             raise ValueError(f"Tuning.dq: expected None, 'atomic' or 'pass', got {self.dq!r}")
         if self.forward_loads not in ("pointers", "tma"):
             raise ValueError(f"Tuning.forward_loads: expected 'pointers' or 'tma', got {self.forward_loads!r}")
+        if self.forward not in ("pipelined", "warp_specialized"):
+            raise ValueError(f"Tuning.forward: expected 'pipelined' or 'warp_specialized', got {self.forward!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,10 +185,29 @@ def _packed(x):
 
 
 def _forward_kernel(static: _Static):
+    if static.tuning.forward == "warp_specialized":
+        return kernels.flash_fwd_specialized_kernel
     split = static.tuning.split_rows
     if split is None:
         split = not static.spec.causal and static.spec.window is None
     return kernels.flash_fwd_split_kernel if split else kernels.flash_fwd_banded_kernel
+
+
+def _check_specialized(q, bias, q_seg):
+    """What `Tuning(forward="warp_specialized")` cannot run, as a ValueError naming it."""
+    what = "Tuning.forward='warp_specialized'"
+    D = q.shape[-1]
+    if bias is not None:
+        raise ValueError(f"{what}: takes no bias (its tiles would be pointer loads in the specialized loop); "
+                         f"got bias of shape {tuple(bias.shape)}")
+    if q_seg is not None:
+        raise ValueError(f"{what}: takes no segment_ids (pointer loads in the specialized loop); "
+                         f"got q ids of shape {tuple(q_seg.shape)}")
+    if q.dtype == jnp.float32:
+        raise ValueError(f"{what}: needs bfloat16 or float16 inputs, got float32 (q shape {tuple(q.shape)})")
+    if D > 128 or (D * q.dtype.itemsize) % 16:
+        raise ValueError(f"{what}: needs D ≤ 128 with rows of a multiple of 16 bytes (tensor descriptors), "
+                         f"got D = {D} in {q.dtype.name} (q shape {tuple(q.shape)})")
 
 
 def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _Static, keep_f32: bool = False):
@@ -191,6 +219,10 @@ def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _St
     if loads != "pointers" and (D * q.dtype.itemsize) % 16:
         raise ValueError(f"Tuning.forward_loads={loads!r}: tensor descriptors need rows of a multiple of 16 bytes, "
                          f"got D = {D} in {q.dtype.name} (q shape {tuple(q.shape)})")
+    specialized = static.tuning.forward == "warp_specialized"
+    if specialized:
+        _check_specialized(q, bias, q_seg)
+    extra = {} if specialized else {"TMA": loads == "tma"}
     o, lse, o_f32 = triton_call(
         _packed(q), _packed(k), _packed(v), cu_q, cu_k, arrays["bias"], arrays["q_seg"], arrays["kv_seg"],
         arrays["sinks"], arrays["seeds"],
@@ -198,7 +230,7 @@ def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _St
         out_shape=[jax.ShapeDtypeStruct((1, B * Tq, H, D), q.dtype), jax.ShapeDtypeStruct((B, H, Tq), jnp.float32),
                    jax.ShapeDtypeStruct((1, B * Tq, H, D) if keep_f32 else (0,), jnp.float32)],
         grid=lambda m: (triton.cdiv(B * Tq if static.varlen else Tq, m["BM"]), N * H),
-        name="workbench_flash_fwd", KEEP_F32=keep_f32, TMA=loads == "tma", **scalars, **meta,
+        name="workbench_flash_fwd", KEEP_F32=keep_f32, **extra, **scalars, **meta,
     )
     o, o_f32 = o.reshape(q.shape), (o_f32.reshape(q.shape) if keep_f32 else None)
     if static.varlen:  # rows outside every sequence (the bounds rule) are never written: an empty row's values

@@ -425,6 +425,77 @@ flash_fwd_banded_kernel = triton.autotune(configs=FWD_BANDED_CONFIGS, key=_FWD_K
                                           prune_configs_by={"early_config_prune": _prune_large_heads})(flash_fwd_kernel)
 
 
+
+# Whole 128-row blocks at 4 warps: Triton 3.6 warp-specializes the key loop on sm_90 only at 4 warps
+# and then runs 12 (a TMA producer warp group and two consumer warp groups of 64 rows each, read on a
+# CPU compile, NOTES "The warp-specialized forward"). Best-first by guess (not timed yet); the tests in
+# the interpreter run every config, and each compiles specialized (tests/test_compile_check.py).
+FWD_SPECIALIZED_CONFIGS = _fwd_configs(False, [(128, 128, 4, 2), (128, 64, 4, 2), (64, 64, 4, 2)])
+
+
+@triton.heuristics({"HAS_SINKS": given("sinks")})
+@triton.jit
+def flash_fwd_specialized(q, k, v, cu_q, cu_k, bias, q_seg, kv_seg, sinks, seeds,
+                          o, lse, o_f32,
+                          scale, softcap, window_left, window_right, keep_threshold, inv_keep,
+                          bias_stride_b, bias_stride_h, TQ_OUT, TK_OUT,
+                          H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BD: tl.constexpr,
+                          CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+                          DROPOUT: tl.constexpr, VARLEN: tl.constexpr, F32: tl.constexpr,
+                          KEEP_F32: tl.constexpr, HAS_SINKS: tl.constexpr,
+                          BM: tl.constexpr, BN: tl.constexpr, SPLIT: tl.constexpr):
+    """o and lse for query rows [m0, m0 + BM) of one (sequence, head), shaped for Triton's warp
+    specialization on Hopper: Q, K and V through tensor descriptors, and ONE key loop over every
+    visited tile [lo, hi), each tile masked (Triton 3.6 specializes a kernel with one loop only: a
+    second loop, before or after, or a branch between a masked and an unmasked step, fails in the
+    compiler or silently turns the specialization off). No bias and no segment ids (their tiles would
+    be pointer loads inside the loop); not float32. Same arguments as `flash_fwd_kernel`, so one launch
+    serves both; SPLIT is always False here."""
+    i_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    i_nh = tl.program_id(1)
+    i_n, i_h = i_nh // H, i_nh % H
+    i_hk = i_h // (H // HKV)
+    bos_q, bos_k, Lq, Lk, i_b, row0, col0 = sequence_pair(cu_q, cu_k, i_n, VARLEN)
+    m0 = i_m * BM  # a block past the sequence (packed sequences) loops over no key and stores nothing:
+    off = Lk - Lq  # no early return, which Triton 3.6's specialization rejects (an assertion in the compiler)
+    o_i = m0 + tl.arange(0, BM)
+    # the sequence's rows of this head as [L, D] tensors read a box at a time (rows past L and
+    # columns past D read as 0, as the masked pointer loads give)
+    q_desc = tl.make_tensor_descriptor(q + (bos_q * H + i_h) * D, shape=[Lq, D], strides=[H * D, 1],
+                                       block_shape=[BM, BD])
+    k_desc = tl.make_tensor_descriptor(k + (bos_k * HKV + i_hk) * D, shape=[Lk, D], strides=[HKV * D, 1],
+                                       block_shape=[BN, BD])
+    v_desc = tl.make_tensor_descriptor(v + (bos_k * HKV + i_hk) * D, shape=[Lk, D], strides=[HKV * D, 1],
+                                       block_shape=[BN, BD])
+    b_q = q_desc.load([m0, 0])  # [BM, BD]
+    drop_row0 = (i_b * H + i_h) * TQ_OUT + row0  # (fa.11) counters of dropout.py
+
+    acc, m_i, l_i = _fwd_init(sinks, i_h, BM, BD, HAS_SINKS)
+    lo, _, _, hi = key_tiles(m0, Lk, off, window_left, window_right, BM, BN, CAUSAL, WINDOW, False)
+    hi = tl.where(m0 < Lq, hi, lo)
+    for j0 in tl.range(lo, hi, BN, warp_specialize=True):
+        o_j = j0 + tl.arange(0, BN)
+        b_k = k_desc.load([j0, 0])  # [BN, BD]
+        b_v = v_desc.load([j0, 0])  # [BN, BD]
+        acc, m_i, l_i = _softmax_step(acc, m_i, l_i, b_q, b_k, b_v, o_i, o_j, Lq, Lk, off, bias, row0, col0,
+                                      TK_OUT, q_seg, 0, seeds, drop_row0, keep_threshold, scale, softcap,
+                                      window_left, window_right, True, False, CAUSAL, WINDOW, SOFTCAP, DROPOUT,
+                                      False, False)
+    o_head = (bos_q * H + i_h) * D
+    lse_head = (i_b * H + i_h) * TQ_OUT + row0
+    _fwd_store(acc, m_i, l_i, o_i, o, lse, o_f32, o_head, lse_head, Lq, inv_keep, H, D, BD, KEEP_F32)
+
+
+def _first_config(configs, named_args, **kwargs):
+    """The first config, as `_prune_large_heads` keeps for D ≤ 128 (the glue refuses larger heads and float32)."""
+    return configs[:1]
+
+
+flash_fwd_specialized_kernel = triton.autotune(configs=FWD_SPECIALIZED_CONFIGS, key=_FWD_KEY,
+                                               prune_configs_by={"early_config_prune": _first_config}
+                                               )(flash_fwd_specialized)
+
+
 # ----------------------------------------------------------------------------- backward: dK, dV
 
 
