@@ -625,6 +625,18 @@ def test_every_specialized_config():
             check_against_oracle(inputs, 50, tuning=tuning, **case["options"])
 
 
+def test_specialized_forward_without_masks():
+    """No causal mask, no window, Tk a multiple of every config's BN: the specialized loop runs the unmasked
+    step on every tile (KEYS_WHOLE), each config, with sinks and GQA, against the oracle."""
+    inputs = inputs_for(51, (2, 40, 128, 2, 1, 32), dtype=jnp.bfloat16, sinks=True)
+    configs = launch.autotune_configs(kernels.flash_fwd_specialized_kernel)
+    assert all(kernels._keys_whole({"VARLEN": False, "TK_OUT": 128, **c.kwargs}) for c in configs)
+    for index, config in enumerate(configs):
+        with launch.interpreter_config(kernels.flash_fwd_specialized_kernel, index):
+            print(f"\nconfig {index}: {config}")
+            check_against_oracle(inputs, 52, tuning=SPECIALIZED)
+
+
 @pytest.mark.parametrize("made,dtype,D,match", [
     (dict(bias="1H"), jnp.bfloat16, 16, r"takes no bias.*got bias of shape \(1, 2, 16, 16\)"),
     (dict(segments=2), jnp.bfloat16, 16, r"takes no segment_ids.*got q ids of shape \(1, 16\)"),
