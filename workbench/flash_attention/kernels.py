@@ -515,6 +515,46 @@ flash_fwd_specialized_kernel = triton.autotune(configs=FWD_SPECIALIZED_CONFIGS, 
 
 
 @triton.jit
+def _dkdv_step(b_dk, b_dv, b_k, b_v, b_q, b_do, b_lse2, b_delta, o_i, o_j, Lk, off, b_bias, b_sq, b_sk,
+               seeds, drop_row0, drop_col, keep_threshold, inv_keep, scale, softcap, window_left, window_right,
+               MASKED: tl.constexpr, F32: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+               SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr,
+               HAS_SEGMENTS: tl.constexpr):
+    """(fa.5) One query tile [BM] against the key block [BN], in the transposed tile Sᵀ [BN, BM]:
+    dV += P_dᵀ dO, dK += dSᵀ Q (unscaled); returns them and dSᵀ (for dQ and the bias gradient)."""
+    if F32:
+        b_qkT = tl.dot(b_k, tl.trans(b_q), input_precision="ieee")  # [BN, BM]
+    else:
+        b_qkT = tl.dot(b_k, tl.trans(b_q))
+    b_x, c, b_t = scores(b_qkT, b_bias, scale, softcap, HAS_BIAS, SOFTCAP)
+    b_pT = tl.exp2(b_x * c - b_lse2[None, :])  # [BN, BM]
+    if MASKED:
+        m = visible(o_i[None, :], o_j[:, None], Lk, off, window_left, window_right, b_sq, b_sk,
+                    CAUSAL, WINDOW, HAS_SEGMENTS)
+        b_pT = tl.where(m, b_pT, 0.0)
+    if F32:
+        b_dpT = tl.dot(b_v, tl.trans(b_do), input_precision="ieee")  # [BN, BM]
+    else:
+        b_dpT = tl.dot(b_v, tl.trans(b_do))
+    if DROPOUT:  # (fa.11)
+        keep = dropout_keep(seeds, drop_row0 + o_i[None, :], drop_col, keep_threshold)
+        b_pdT = tl.where(keep, b_pT * inv_keep, 0.0)
+        b_dpT = tl.where(keep, b_dpT * inv_keep, 0.0)
+    else:
+        b_pdT = b_pT
+    b_dsT = b_pT * (b_dpT - b_delta[None, :])  # (fa.5)
+    if SOFTCAP:
+        b_dsT = b_dsT * (1.0 - b_t * b_t)  # (fa.6)
+    if F32:
+        b_dv = tl.dot(b_pdT, b_do, b_dv, input_precision="ieee")
+        b_dk = tl.dot(b_dsT, b_q, b_dk, input_precision="ieee")
+    else:
+        b_dv = tl.dot(b_pdT.to(b_do.dtype), b_do, b_dv)
+        b_dk = tl.dot(b_dsT.to(b_q.dtype), b_q, b_dk)
+    return b_dk, b_dv, b_dsT
+
+
+@triton.jit
 def _dkdv_tiles(b_dk, b_dv, b_k, b_v, q_base, do_base, lse2_base, delta_base, o_j, lo, hi, Lq, Lk, off,
                 bias_base, b_sk, q_seg_base, seeds, drop_row0, drop_col, keep_threshold, inv_keep,
                 scale, softcap, window_left, window_right, TK_OUT, dq_base, dbias_base, rotate,
@@ -522,7 +562,7 @@ def _dkdv_tiles(b_dk, b_dv, b_k, b_v, q_base, do_base, lse2_base, delta_base, o_
                 MASKED: tl.constexpr, F32: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
                 SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr,
                 HAS_SEGMENTS: tl.constexpr, ATOMIC_DQ: tl.constexpr):
-    """(fa.5) dV += P_dᵀ dO and dK += dSᵀ Q over query tiles [lo, hi), in the transposed tile Sᵀ [BN, BM].
+    """(fa.5) `_dkdv_step` over query tiles [lo, hi).
 
     With ATOMIC_DQ the same dS also gives this key block's share of dQ = dS K, added into float32 rows
     of dq (unscaled) with relaxed atomics, and the bias gradient dS̃ is stored here (fa.8): the dQ pass
@@ -542,42 +582,17 @@ def _dkdv_tiles(b_dk, b_dv, b_k, b_v, q_base, do_base, lse2_base, delta_base, o_
         b_do = load_rows(do_base + o_i[:, None] * (H * D) + o_d[None, :], o_i, Lq, o_d, D, BD, True)  # [BM, BD]
         b_lse2 = tl.load(lse2_base + o_i, mask=o_i < Lq, other=float("inf"))  # [BM]
         b_delta = tl.load(delta_base + o_i, mask=o_i < Lq, other=0.0)  # [BM]
-        if F32:
-            b_qkT = tl.dot(b_k, tl.trans(b_q), input_precision="ieee")  # [BN, BM]
-        else:
-            b_qkT = tl.dot(b_k, tl.trans(b_q))
         b_bias = 0.0
         if HAS_BIAS:
             b_bias = tl.load(bias_base + o_i[None, :].to(tl.int64) * TK_OUT,
                              mask=(o_i[None, :] < Lq) & (o_j[:, None] < Lk), other=0.0).to(tl.float32)
-        b_x, c, b_t = scores(b_qkT, b_bias, scale, softcap, HAS_BIAS, SOFTCAP)
-        b_pT = tl.exp2(b_x * c - b_lse2[None, :])  # [BN, BM]
-        if MASKED:
-            b_sq = 0
-            if HAS_SEGMENTS:
-                b_sq = tl.load(q_seg_base + o_i, mask=o_i < Lq, other=0)[None, :]
-            m = visible(o_i[None, :], o_j[:, None], Lk, off, window_left, window_right, b_sq, b_sk,
-                        CAUSAL, WINDOW, HAS_SEGMENTS)
-            b_pT = tl.where(m, b_pT, 0.0)
-        if F32:
-            b_dpT = tl.dot(b_v, tl.trans(b_do), input_precision="ieee")  # [BN, BM]
-        else:
-            b_dpT = tl.dot(b_v, tl.trans(b_do))
-        if DROPOUT:  # (fa.11)
-            keep = dropout_keep(seeds, drop_row0 + o_i[None, :], drop_col, keep_threshold)
-            b_pdT = tl.where(keep, b_pT * inv_keep, 0.0)
-            b_dpT = tl.where(keep, b_dpT * inv_keep, 0.0)
-        else:
-            b_pdT = b_pT
-        b_dsT = b_pT * (b_dpT - b_delta[None, :])  # (fa.5)
-        if SOFTCAP:
-            b_dsT = b_dsT * (1.0 - b_t * b_t)  # (fa.6)
-        if F32:
-            b_dv = tl.dot(b_pdT, b_do, b_dv, input_precision="ieee")
-            b_dk = tl.dot(b_dsT, b_q, b_dk, input_precision="ieee")
-        else:
-            b_dv = tl.dot(b_pdT.to(b_do.dtype), b_do, b_dv)
-            b_dk = tl.dot(b_dsT.to(b_q.dtype), b_q, b_dk)
+        b_sq = 0
+        if MASKED and HAS_SEGMENTS:
+            b_sq = tl.load(q_seg_base + o_i, mask=o_i < Lq, other=0)[None, :]
+        b_dk, b_dv, b_dsT = _dkdv_step(b_dk, b_dv, b_k, b_v, b_q, b_do, b_lse2, b_delta, o_i, o_j, Lk, off, b_bias,
+                                       b_sq, b_sk, seeds, drop_row0, drop_col, keep_threshold, inv_keep, scale,
+                                       softcap, window_left, window_right, MASKED, F32, CAUSAL, WINDOW, SOFTCAP,
+                                       DROPOUT, HAS_BIAS, HAS_SEGMENTS)
         if ATOMIC_DQ:
             m_rows = (o_i < Lq)[:, None]
             if BD != D:
@@ -697,6 +712,40 @@ flash_bwd_dkdv_dq_kernel = triton.autotune(configs=DKDV_DQ_CONFIGS, key=_BWD_KEY
 
 
 @triton.jit
+def _dq_step(b_dq, b_q, b_do, b_lse2, b_delta, b_k, b_v, o_i, o_j, Lk, off, b_bias, b_sq, b_sk, seeds, drop_row,
+             drop_col0, keep_threshold, inv_keep, scale, softcap, window_left, window_right,
+             MASKED: tl.constexpr, F32: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+             SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr,
+             HAS_SEGMENTS: tl.constexpr):
+    """(fa.5) One key tile [BN] for the query rows [BM]: dQ += dS K (unscaled); returns it and dS."""
+    if F32:
+        b_qk = tl.dot(b_q, tl.trans(b_k), input_precision="ieee")  # [BM, BN]
+    else:
+        b_qk = tl.dot(b_q, tl.trans(b_k))
+    b_x, c, b_t = scores(b_qk, b_bias, scale, softcap, HAS_BIAS, SOFTCAP)
+    b_p = tl.exp2(b_x * c - b_lse2[:, None])  # [BM, BN]
+    if MASKED:
+        m = visible(o_i[:, None], o_j[None, :], Lk, off, window_left, window_right, b_sq, b_sk,
+                    CAUSAL, WINDOW, HAS_SEGMENTS)
+        b_p = tl.where(m, b_p, 0.0)
+    if F32:
+        b_dp = tl.dot(b_do, tl.trans(b_v), input_precision="ieee")  # [BM, BN]
+    else:
+        b_dp = tl.dot(b_do, tl.trans(b_v))
+    if DROPOUT:  # (fa.11)
+        keep = dropout_keep(seeds, drop_row[:, None], drop_col0 + o_j[None, :], keep_threshold)
+        b_dp = tl.where(keep, b_dp * inv_keep, 0.0)
+    b_ds = b_p * (b_dp - b_delta[:, None])  # (fa.5)
+    if SOFTCAP:
+        b_ds = b_ds * (1.0 - b_t * b_t)  # (fa.6)
+    if F32:
+        b_dq = tl.dot(b_ds, b_k, b_dq, input_precision="ieee")
+    else:
+        b_dq = tl.dot(b_ds.to(b_k.dtype), b_k, b_dq)
+    return b_dq, b_ds
+
+
+@triton.jit
 def _dq_tiles(b_dq, b_q, b_do, b_lse2, b_delta, k_base, v_base, o_i, lo, hi, Lq, Lk, off, bias_base,
               dbias_base, b_sq, kv_seg_base, seeds, drop_row, drop_col0, keep_threshold, inv_keep,
               scale, softcap, window_left, window_right,
@@ -704,45 +753,24 @@ def _dq_tiles(b_dq, b_q, b_do, b_lse2, b_delta, k_base, v_base, o_i, lo, hi, Lq,
               MASKED: tl.constexpr, F32: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
               SOFTCAP: tl.constexpr, DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr,
               HAS_SEGMENTS: tl.constexpr):
-    """(fa.5) dQ += dS K over key tiles [lo, hi); the bias gradient dS_raw is stored tile by tile (fa.8)."""
+    """(fa.5) `_dq_step` over key tiles [lo, hi); the bias gradient dS_raw is stored tile by tile (fa.8)."""
     o_d = tl.arange(0, BD)
     for j0 in range(lo, hi, BN):
         o_j = j0 + tl.arange(0, BN)
         b_k = load_rows(k_base + o_j[:, None] * (HKV * D) + o_d[None, :], o_j, Lk, o_d, D, BD, MASKED)  # [BN, BD]
         b_v = load_rows(v_base + o_j[:, None] * (HKV * D) + o_d[None, :], o_j, Lk, o_d, D, BD, MASKED)  # [BN, BD]
-        if F32:
-            b_qk = tl.dot(b_q, tl.trans(b_k), input_precision="ieee")  # [BM, BN]
-        else:
-            b_qk = tl.dot(b_q, tl.trans(b_k))
         b_bias = 0.0
         if HAS_BIAS:
             b_bias = tl.load(bias_base + o_j[None, :], mask=(o_i[:, None] < Lq) & (o_j[None, :] < Lk),
                              other=0.0).to(tl.float32)
-        b_x, c, b_t = scores(b_qk, b_bias, scale, softcap, HAS_BIAS, SOFTCAP)
-        b_p = tl.exp2(b_x * c - b_lse2[:, None])  # [BM, BN]
-        if MASKED:
-            b_sk = 0
-            if HAS_SEGMENTS:
-                b_sk = tl.load(kv_seg_base + o_j, mask=o_j < Lk, other=0)[None, :]
-            m = visible(o_i[:, None], o_j[None, :], Lk, off, window_left, window_right, b_sq, b_sk,
-                        CAUSAL, WINDOW, HAS_SEGMENTS)
-            b_p = tl.where(m, b_p, 0.0)
-        if F32:
-            b_dp = tl.dot(b_do, tl.trans(b_v), input_precision="ieee")  # [BM, BN]
-        else:
-            b_dp = tl.dot(b_do, tl.trans(b_v))
-        if DROPOUT:  # (fa.11)
-            keep = dropout_keep(seeds, drop_row[:, None], drop_col0 + o_j[None, :], keep_threshold)
-            b_dp = tl.where(keep, b_dp * inv_keep, 0.0)
-        b_ds = b_p * (b_dp - b_delta[:, None])  # (fa.5)
-        if SOFTCAP:
-            b_ds = b_ds * (1.0 - b_t * b_t)  # (fa.6)
+        b_sk = 0
+        if MASKED and HAS_SEGMENTS:
+            b_sk = tl.load(kv_seg_base + o_j, mask=o_j < Lk, other=0)[None, :]
+        b_dq, b_ds = _dq_step(b_dq, b_q, b_do, b_lse2, b_delta, b_k, b_v, o_i, o_j, Lk, off, b_bias, b_sq, b_sk,
+                              seeds, drop_row, drop_col0, keep_threshold, inv_keep, scale, softcap, window_left,
+                              window_right, MASKED, F32, CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
         if HAS_BIAS:  # (fa.8) dbias = dS_raw (summed over broadcast dims by the glue)
             tl.store(dbias_base + o_j[None, :], b_ds, mask=(o_i[:, None] < Lq) & (o_j[None, :] < Lk))
-        if F32:
-            b_dq = tl.dot(b_ds, b_k, b_dq, input_precision="ieee")
-        else:
-            b_dq = tl.dot(b_ds.to(b_k.dtype), b_k, b_dq)
     return b_dq
 
 
