@@ -558,7 +558,9 @@ FLASH_ATTENTION = OpBench(
            Peer("ejkernel.flash_attention[triton,heuristic_cfg_gpu]", "ejkernel", _ejkernel_flash_attention(True),
                 runtime="jax", interpretable=True)),
     variants={"dq pass": {"tuning": _FlashTuning(dq="pass")}, "tma loads": {"tuning": _FlashTuning(forward_loads="tma")},
-              "warp specialized": {"tuning": _FlashTuning(forward="warp_specialized")}},
+              "warp specialized forward": {"tuning": _FlashTuning(forward_schedule="warp_specialized")},
+              "warp specialized": {"tuning": _FlashTuning(forward_schedule="warp_specialized",
+                                                          backward_schedule="warp_specialized")}},
     max_T={name: (8192, "dense attention: its forward+backward holds several B·H·T² float32 arrays (XLA's memory "
                         "analysis at B=1 H=16: 16-20 GiB at 8k, 64-80 GiB at 16k)")
            for name in ("reference", "jax.nn.dot_product_attention[xla]")},

@@ -584,21 +584,25 @@ def test_tma_forward_needs_16_byte_rows():
 
 # ----------------------------------------------------------------------------- the warp-specialized forward
 
-SPECIALIZED = Tuning(forward="warp_specialized")
+SPECIALIZED = Tuning(forward_schedule="warp_specialized")
+SCHEDULES = {"fwd": SPECIALIZED, "bwd": Tuning(backward_schedule="warp_specialized"),
+             "both": Tuning(forward_schedule="warp_specialized", backward_schedule="warp_specialized")}
 
 
 @no_shrink
 @given(seed=strategies.seeds, shape=shapes(), D=st.sampled_from([8, 16, 24, 40, 64]),
        config=configurations(), packed=st.one_of(st.none(), packed_bounds()),
-       dtype=st.sampled_from([jnp.bfloat16, jnp.float16]), rate=st.sampled_from([0.0, 0.0, 0.3]))
+       dtype=st.sampled_from([jnp.bfloat16, jnp.float16]), rate=st.sampled_from([0.0, 0.0, 0.3]),
+       schedule=st.sampled_from(sorted(SCHEDULES)))
 @example(seed=11, shape=(1, 33, 64, 2, 1, 40), D=40, config=(dict(sinks=True, bias=None, segments=0),
                                                             dict(causal=True, sliding_window=(9, 3), softcap=20.0)),
-         packed=([0, 0, 1, 20], [0, 5, 5, 30]), dtype=jnp.bfloat16, rate=0.3)
-def test_specialized_forward_matches_float64_oracle(seed, shape, D, config, packed, dtype, rate):
-    """`Tuning(forward="warp_specialized")` (one key loop over every visited tile, each masked; Q, K and V
-    through tensor descriptors; blocks past a packed sequence loop over nothing) is held to the oracle
-    budget on every feature it takes: masks, softcap, sinks, GQA, packed sequences (empty ones too),
-    dropout, Tq ≠ Tk. Its backward is the default one, on its o and lse."""
+         packed=([0, 0, 1, 20], [0, 5, 5, 30]), dtype=jnp.bfloat16, rate=0.3, schedule="both")
+def test_specialized_schedules_match_float64_oracle(seed, shape, D, config, packed, dtype, rate, schedule):
+    """The warp-specialized kernels (one loop over every visited tile; Q, K, V, dO through tensor
+    descriptors; blocks past a packed sequence loop over nothing; dK, dV per query head summed over a
+    GQA group) are held to the oracle budget on every feature they take: masks, softcap, sinks, GQA,
+    packed sequences (empty ones too), dropout, Tq ≠ Tk — the forward alone, the backward alone (on the
+    default forward's o and lse) and both."""
     made, options = config
     made = {**made, "bias": None, "segments": 0}
     B, Tq, Tk, H, Hkv, _ = shape
@@ -607,7 +611,24 @@ def test_specialized_forward_matches_float64_oracle(seed, shape, D, config, pack
     inputs = inputs_for(seed, (B, Tq, Tk, H, Hkv, D), dtype=dtype, cu_seqlens=packed, dropout=rate > 0, **made)
     if rate:
         options = {**options, "dropout_rate": rate}
-    check_against_oracle(inputs, seed + 1, tuning=SPECIALIZED, **options)
+    check_against_oracle(inputs, seed + 1, tuning=SCHEDULES[schedule], **options)
+
+
+@pytest.mark.parametrize("name", ["flash_bwd_dkdv_specialized_kernel", "flash_bwd_dq_specialized_kernel"])
+def test_every_specialized_backward_config(name):
+    """Each config of the two specialized backward kernels (the other on its default) on the backward
+    config case, whose tiles are partly cut by the causal window and partly whole, with GQA and sinks,
+    against the oracle (bf16 budget)."""
+    case = CONFIG_CASES["backward"]
+    B, Tq, Tk, _, _, D = case["shape"]
+    inputs = inputs_for(53, (B, Tq, Tk, 2, 1, D), dtype=jnp.bfloat16, sinks=True)
+    kernel = getattr(kernels, name)
+    configs = launch.autotune_configs(kernel)
+    assert len(configs) >= 2
+    for index, config in enumerate(configs):
+        with launch.interpreter_config(kernel, index):
+            print(f"\n{name} config {index}: {config}")
+            check_against_oracle(inputs, 54, tuning=SCHEDULES["bwd"], **case["options"])
 
 
 def test_every_specialized_config():
@@ -616,7 +637,7 @@ def test_every_specialized_config():
     partly whole, against the oracle (bf16 budget)."""
     case = CONFIG_CASES["fwd"]
     inputs = inputs_for(49, case["shape"], dtype=jnp.bfloat16, sinks=True)
-    tuning = Tuning(backward="reference", forward="warp_specialized")
+    tuning = Tuning(backward="reference", forward_schedule="warp_specialized")
     configs = launch.autotune_configs(kernels.flash_fwd_specialized_kernel)
     assert len(configs) >= 2
     for index, config in enumerate(configs):
@@ -644,14 +665,26 @@ def test_specialized_forward_without_masks():
     ({}, jnp.bfloat16, 12, r"needs D ≤ 128 with rows of a multiple of 16 bytes.*got D = 12 in bfloat16"),
     ({}, jnp.float16, 192, r"needs D ≤ 128 with rows of a multiple of 16 bytes.*got D = 192 in float16"),
 ])
-def test_specialized_forward_refuses_what_it_cannot_run(made, dtype, D, match):
+def test_specialized_schedules_refuse_what_they_cannot_run(made, dtype, D, match):
     inputs = inputs_for(5, (1, 16, 16, 2, 1, D), dtype=dtype, **made)
-    with pytest.raises(ValueError, match="Tuning.forward='warp_specialized': " + match):
+    with pytest.raises(ValueError, match="Tuning.forward_schedule='warp_specialized': " + match):
         workbench.flash_attention(**inputs, tuning=SPECIALIZED)
+    diff = {n: inputs[n] for n in ("q", "k", "v")}
+    rest = {n: x for n, x in inputs.items() if n not in diff}
+    with pytest.raises(ValueError, match="Tuning.backward_schedule='warp_specialized': " + match):
+        jax.grad(lambda d: workbench.flash_attention(**d, **rest, tuning=SCHEDULES["bwd"]).astype(jnp.float32).sum())(
+            diff)
+
+
+def test_specialized_backward_refuses_atomic_dq():
+    with pytest.raises(ValueError, match="Tuning.dq='atomic' with backward_schedule='warp_specialized'"):
+        Tuning(dq="atomic", backward_schedule="warp_specialized")
+    assert Tuning(dq="pass", backward_schedule="warp_specialized").dq == "pass"
 
 
 @pytest.mark.parametrize("field,value", [("dq", "atomics"), ("split_rows", "yes"), ("backward", "jax"),
-                                         ("forward_loads", "tma_ws"), ("forward", "specialized")])
+                                         ("forward_loads", "tma_ws"), ("forward_schedule", "specialized"),
+                                         ("backward_schedule", "ws")])
 def test_bad_tuning_is_a_value_error(field, value):
     with pytest.raises(ValueError, match=f"Tuning.{field}"):
         Tuning(**{field: value})

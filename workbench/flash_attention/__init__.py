@@ -48,19 +48,26 @@ class Tuning:
         descriptors made on the device (Hopper's TMA copy engine on a GPU; rows past the sequence and
         columns past D read as 0, as the masked loads give). Descriptors need rows of a multiple of 16
         bytes (D a multiple of 8 in 16-bit dtypes, of 4 in float32). Not yet timed on a GPU.
-    forward: the forward kernel's schedule. "pipelined": software-pipelined loads (`split_rows` and
-        `forward_loads` apply). "warp_specialized": Q, K and V through tensor descriptors and one key
-        loop that Triton warp-specializes on Hopper (a warp group issuing TMA loads, two computing);
-        every visited tile is masked. It takes causal masks, windows, softcap, sinks, dropout, GQA and
-        packed sequences, not a bias, segment ids or float32, and D ≤ 128 with rows of a multiple of 16
-        bytes (ValueError otherwise). Not yet timed on a GPU.
+    forward_schedule: the forward kernel's schedule. "pipelined": software-pipelined loads (`split_rows`
+        and `forward_loads` apply). "warp_specialized": Q, K and V through tensor descriptors and one
+        key loop that Triton warp-specializes on Hopper (a warp group issuing TMA loads, two
+        computing); every visited tile is masked unless none needs it. It takes causal masks, windows,
+        softcap, sinks, dropout, GQA and packed sequences, not a bias, segment ids or float32, and
+        D ≤ 128 with rows of a multiple of 16 bytes (ValueError otherwise). Not yet timed on a GPU.
+    backward_schedule: the backward kernels' schedule. "pipelined": as `dq` says. "warp_specialized":
+        a dK/dV pass per query head and a dQ pass, each one loop over tensor-descriptor loads that
+        Triton warp-specializes on Hopper (atomics would stop it, so dq is formed by its own pass and
+        is reproducible; `dq="atomic"` with it is a ValueError); with GQA each query head's dK, dV are
+        summed over its group afterwards. Takes what `forward_schedule="warp_specialized"` takes.
+        Not yet timed on a GPU.
     """
 
     backward: Literal["triton", "reference"] = "triton"
     split_rows: bool | None = None
     dq: Literal["atomic", "pass"] | None = None
     forward_loads: Literal["pointers", "tma"] = "pointers"
-    forward: Literal["pipelined", "warp_specialized"] = "pipelined"
+    forward_schedule: Literal["pipelined", "warp_specialized"] = "pipelined"
+    backward_schedule: Literal["pipelined", "warp_specialized"] = "pipelined"
 
     def __post_init__(self):
         if self.backward not in ("triton", "reference"):
@@ -71,8 +78,13 @@ class Tuning:
             raise ValueError(f"Tuning.dq: expected None, 'atomic' or 'pass', got {self.dq!r}")
         if self.forward_loads not in ("pointers", "tma"):
             raise ValueError(f"Tuning.forward_loads: expected 'pointers' or 'tma', got {self.forward_loads!r}")
-        if self.forward not in ("pipelined", "warp_specialized"):
-            raise ValueError(f"Tuning.forward: expected 'pipelined' or 'warp_specialized', got {self.forward!r}")
+        for field in ("forward_schedule", "backward_schedule"):
+            if getattr(self, field) not in ("pipelined", "warp_specialized"):
+                raise ValueError(f"Tuning.{field}: expected 'pipelined' or 'warp_specialized', "
+                                 f"got {getattr(self, field)!r}")
+        if self.backward_schedule == "warp_specialized" and self.dq == "atomic":
+            raise ValueError("Tuning.dq='atomic' with backward_schedule='warp_specialized': the specialized backward "
+                             "forms dq in its own pass (atomics stop Triton's specialization); leave dq None or 'pass'")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,7 +197,7 @@ def _packed(x):
 
 
 def _forward_kernel(static: _Static):
-    if static.tuning.forward == "warp_specialized":
+    if static.tuning.forward_schedule == "warp_specialized":
         return kernels.flash_fwd_specialized_kernel
     split = static.tuning.split_rows
     if split is None:
@@ -193,9 +205,9 @@ def _forward_kernel(static: _Static):
     return kernels.flash_fwd_split_kernel if split else kernels.flash_fwd_banded_kernel
 
 
-def _check_specialized(q, bias, q_seg):
-    """What `Tuning(forward="warp_specialized")` cannot run, as a ValueError naming it."""
-    what = "Tuning.forward='warp_specialized'"
+def _check_specialized(q, bias, q_seg, field="forward_schedule"):
+    """What `Tuning(<field>="warp_specialized")` cannot run, as a ValueError naming it."""
+    what = f"Tuning.{field}='warp_specialized'"
     D = q.shape[-1]
     if bias is not None:
         raise ValueError(f"{what}: takes no bias (its tiles would be pointer loads in the specialized loop); "
@@ -219,7 +231,7 @@ def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _St
     if loads != "pointers" and (D * q.dtype.itemsize) % 16:
         raise ValueError(f"Tuning.forward_loads={loads!r}: tensor descriptors need rows of a multiple of 16 bytes, "
                          f"got D = {D} in {q.dtype.name} (q shape {tuple(q.shape)})")
-    specialized = static.tuning.forward == "warp_specialized"
+    specialized = static.tuning.forward_schedule == "warp_specialized"
     if specialized:
         _check_specialized(q, bias, q_seg)
     extra = {} if specialized else {"TMA": loads == "tma"}
@@ -240,6 +252,14 @@ def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _St
     return o, lse, o_f32
 
 
+def _dsinks(sinks, lse, delta):
+    """(fa.7) dsink_h = −Σ_{b,i} exp(sink_h − lse) (Delta − dlse); delta here is already Delta − dlse."""
+    if sinks is None:
+        return None
+    p_sink = jnp.where(lse == -jnp.inf, 0.0, jnp.exp(sinks.astype(jnp.float32)[None, :, None] - lse))
+    return -(p_sink * delta).sum((0, 2)).astype(sinks.dtype)
+
+
 def _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse, do, dlse, static: _Static,
               grad_dtype=None):
     """(fa.5–fa.10) Gradients of q, k, v, sinks, bias; `o` is the forward's float32 output.
@@ -256,6 +276,27 @@ def _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse, do
     arrays, scalars, meta = _launch_args(q, k, sinks, bias, q_seg, kv_seg, seeds, static)
     tensors = (_packed(q), _packed(k), _packed(v), _packed(do.astype(q.dtype)), lse2, delta, cu_q, cu_k,
                arrays["bias"], arrays["q_seg"], arrays["kv_seg"], arrays["seeds"])
+    if static.tuning.backward_schedule == "warp_specialized":
+        _check_specialized(q, bias, q_seg, "backward_schedule")
+        G = H // HKV
+        # one program per (key block, query head): with GQA each query head's dK, dV in float32, summed over
+        # the group below (fa.9); without it they are the gradients themselves
+        dk, dv = triton_call(
+            *tensors, kernel=kernels.flash_bwd_dkdv_specialized_kernel,
+            out_shape=[jax.ShapeDtypeStruct((1, B * Tk, H, D), f32 if G > 1 else grad_dtype or k.dtype)] * 2,
+            grid=lambda m: (triton.cdiv(B * Tk if static.varlen else Tk, m["BN"]), N * H),
+            name="workbench_flash_bwd_dkdv_specialized", **scalars, **meta,
+        )
+        if G > 1:
+            dk, dv = (x.reshape(1, B * Tk, HKV, G, D).sum(3).astype(grad_dtype or k.dtype) for x in (dk, dv))
+        (dq,) = triton_call(
+            *tensors, kernel=kernels.flash_bwd_dq_specialized_kernel,
+            out_shape=[jax.ShapeDtypeStruct((1, B * Tq, H, D), grad_dtype or q.dtype)],
+            grid=lambda m: (triton.cdiv(B * Tq if static.varlen else Tq, m["BM"]), N * H),
+            name="workbench_flash_bwd_dq_specialized", **scalars, **meta,
+        )
+        dsinks = _dsinks(sinks, lse, delta)
+        return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape), dsinks, None
     dbias_shape = (B, H, Tq, Tk) if bias is not None else (0,)
     atomic = static.tuning.dq in (None, "atomic")
     # with atomic dQ the dK/dV pass also adds dQ (float32, unscaled) and writes dbias, into zeroed outputs
@@ -278,10 +319,7 @@ def _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse, do
             grid=lambda m: (triton.cdiv(B * Tq if static.varlen else Tq, m["BM"]), N * H),
             zeroed_outputs=(1,), name="workbench_flash_bwd_dq", **scalars, **meta,
         )
-    dsinks = None
-    if sinks is not None:  # (fa.7) dsink_h = −Σ_{b,i} exp(sink_h − lse) (Delta − dlse)
-        p_sink = jnp.where(lse == -jnp.inf, 0.0, jnp.exp(sinks.astype(f32)[None, :, None] - lse))
-        dsinks = -(p_sink * delta).sum((0, 2)).astype(sinks.dtype)
+    dsinks = _dsinks(sinks, lse, delta)
     if bias is not None:  # (fa.8) summed over the dimensions the bias broadcasts
         axes = tuple(a for a in (0, 1) if bias.shape[a] == 1 and dbias.shape[a] != 1)
         dbias = dbias.sum(axes, keepdims=True).astype(bias.dtype)

@@ -94,6 +94,17 @@ def load_rows(ptrs, o_row, L, o_d, D: tl.constexpr, BD: tl.constexpr, CHECK_ROWS
 
 
 @triton.jit
+def rows_descriptor(base, bos, L, head, HEADS: tl.constexpr, D: tl.constexpr, BR: tl.constexpr, BD: tl.constexpr):
+    """A tensor descriptor of one head's rows of one sequence of a packed `[T, HEADS, D]` array: the [L, D]
+    tensor at row `bos`, row stride HEADS·D, read a [BR, BD] box at a time (rows past L and columns past D
+    read as 0). An empty sequence gets a one-row tensor at the array's first row instead: a tensor map's
+    dimensions must be at least 1, and its rows are never used (every store of such a program is masked)."""
+    start = tl.where(L > 0, bos * HEADS + head, head) * D
+    return tl.make_tensor_descriptor(base + start, shape=[tl.maximum(L, 1), D], strides=[HEADS * D, 1],
+                                     block_shape=[BR, BD])
+
+
+@triton.jit
 def visible(i, j, Lk, off, window_left, window_right, q_seg, kv_seg,
             CAUSAL: tl.constexpr, WINDOW: tl.constexpr, HAS_SEGMENTS: tl.constexpr):
     """(fa.1) Which (i, j) a query sees: local positions i, j broadcastable to the tile, keys past Lk
@@ -391,8 +402,8 @@ def flash_fwd_kernel(q, k, v, cu_q, cu_k, bias, q_seg, kv_seg, sinks, seeds,
     k_base = k + (bos_k * HKV + i_hk) * D
     v_base = v + (bos_k * HKV + i_hk) * D
     if TMA:  # the sequence's keys of this kv head as [Lk, D] tensors read a [BN, BD] box at a time
-        k_base = tl.make_tensor_descriptor(k_base, shape=[Lk, D], strides=[HKV * D, 1], block_shape=[BN, BD])
-        v_base = tl.make_tensor_descriptor(v_base, shape=[Lk, D], strides=[HKV * D, 1], block_shape=[BN, BD])
+        k_base = rows_descriptor(k, bos_k, Lk, i_hk, HKV, D, BN, BD)
+        v_base = rows_descriptor(v, bos_k, Lk, i_hk, HKV, D, BN, BD)
     bias_head = bias + i_b * bias_stride_b + i_h * bias_stride_h
     drop_row0 = (i_b * H + i_h) * TQ_OUT + row0  # (fa.11) counters of dropout.py
 
@@ -473,14 +484,9 @@ def flash_fwd_specialized(q, k, v, cu_q, cu_k, bias, q_seg, kv_seg, sinks, seeds
     m0 = i_m * BM  # a block past the sequence (packed sequences) loops over no key and stores nothing:
     off = Lk - Lq  # no early return, which Triton 3.6's specialization rejects (an assertion in the compiler)
     o_i = m0 + tl.arange(0, BM)
-    # the sequence's rows of this head as [L, D] tensors read a box at a time (rows past L and
-    # columns past D read as 0, as the masked pointer loads give)
-    q_desc = tl.make_tensor_descriptor(q + (bos_q * H + i_h) * D, shape=[Lq, D], strides=[H * D, 1],
-                                       block_shape=[BM, BD])
-    k_desc = tl.make_tensor_descriptor(k + (bos_k * HKV + i_hk) * D, shape=[Lk, D], strides=[HKV * D, 1],
-                                       block_shape=[BN, BD])
-    v_desc = tl.make_tensor_descriptor(v + (bos_k * HKV + i_hk) * D, shape=[Lk, D], strides=[HKV * D, 1],
-                                       block_shape=[BN, BD])
+    q_desc = rows_descriptor(q, bos_q, Lq, i_h, H, D, BM, BD)
+    k_desc = rows_descriptor(k, bos_k, Lk, i_hk, HKV, D, BN, BD)
+    v_desc = rows_descriptor(v, bos_k, Lk, i_hk, HKV, D, BN, BD)
     b_q = q_desc.load([m0, 0])  # [BM, BD]
     drop_row0 = (i_b * H + i_h) * TQ_OUT + row0  # (fa.11) counters of dropout.py
 
@@ -846,3 +852,121 @@ def flash_bwd_dq_kernel(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, kv_se
     if BD != D:
         m_store = m_store & (o_d < D)[None, :]
     tl.store(dq + q_off, b_dq.to(dq.dtype.element_ty), mask=m_store)
+
+
+# ----------------------------------------------------------------------------- backward, warp-specialized
+
+# Triton 3.6 specializes these loops at 4 warps (12 with the producer); atomics in the loop stop it, so dQ has
+# its own pass. Best-first by guess, not timed yet; every config compiles specialized (tests/test_compile_check.py).
+DKDV_SPECIALIZED_CONFIGS = _bwd_configs([(64, 128, 4, 2), (32, 128, 4, 2), (64, 64, 4, 2)])
+DQ_SPECIALIZED_CONFIGS = _bwd_configs([(64, 128, 4, 2), (64, 64, 4, 2)])  # BM = 128: the pass fails to specialize
+
+
+@triton.jit
+def flash_bwd_dkdv_specialized(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, kv_seg, seeds,
+                               dk, dv,
+                               scale, softcap, window_left, window_right, keep_threshold, inv_keep,
+                               bias_stride_b, bias_stride_h, TQ_OUT, TK_OUT,
+                               H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BD: tl.constexpr,
+                               CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+                               DROPOUT: tl.constexpr, VARLEN: tl.constexpr, F32: tl.constexpr,
+                               BM: tl.constexpr, BN: tl.constexpr):
+    """dK, dV of key rows [i_j·BN, i_j·BN + BN) of one (sequence, QUERY head), into `[T, H, D]` arrays (the
+    glue sums a GQA group, fa.9): one loop over every visited query tile, Q and dO through descriptors,
+    so that Triton warp-specializes it. Only causal masks and windows need a mask here: query rows past
+    Lq read q = dO = 0 and lse = +∞, so P = 0 (fa.10); key rows past Lk are never stored."""
+    i_j, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_h = i_nh // H, i_nh % H
+    i_hk = i_h // (H // HKV)
+    bos_q, bos_k, Lq, Lk, i_b, row0, col0 = sequence_pair(cu_q, cu_k, i_n, VARLEN)
+    n0 = i_j * BN  # a block past the sequence loops over nothing (no early return: see flash_fwd_specialized)
+    off = Lk - Lq
+    o_j = n0 + tl.arange(0, BN)
+    o_d = tl.arange(0, BD)
+    k_desc = rows_descriptor(k, bos_k, Lk, i_hk, HKV, D, BN, BD)
+    v_desc = rows_descriptor(v, bos_k, Lk, i_hk, HKV, D, BN, BD)
+    q_desc = rows_descriptor(q, bos_q, Lq, i_h, H, D, BM, BD)
+    do_desc = rows_descriptor(do, bos_q, Lq, i_h, H, D, BM, BD)
+    b_k = k_desc.load([n0, 0])  # [BN, BD]
+    b_v = v_desc.load([n0, 0])  # [BN, BD]
+    stats = (i_b * H + i_h) * TQ_OUT + row0
+    b_dk = tl.zeros([BN, BD], tl.float32)
+    b_dv = tl.zeros([BN, BD], tl.float32)
+
+    lo, _, _, hi = query_tiles(n0, Lq, off, window_left, window_right, BM, BN, CAUSAL, WINDOW, False)
+    hi = tl.where(n0 < Lk, hi, lo)
+    MASKED: tl.constexpr = CAUSAL or WINDOW
+    for i0 in tl.range(lo, hi, BM, warp_specialize=True):
+        o_i = i0 + tl.arange(0, BM)
+        b_q = q_desc.load([i0, 0])  # [BM, BD]
+        b_do = do_desc.load([i0, 0])  # [BM, BD]
+        b_lse2 = tl.load(lse2 + stats + o_i, mask=o_i < Lq, other=float("inf"))  # [BM]
+        b_delta = tl.load(delta + stats + o_i, mask=o_i < Lq, other=0.0)  # [BM]
+        b_dk, b_dv, b_dsT = _dkdv_step(b_dk, b_dv, b_k, b_v, b_q, b_do, b_lse2, b_delta, o_i, o_j, Lk, off, 0.0, 0, 0,
+                                   seeds, stats, col0 + o_j[:, None], keep_threshold, inv_keep, scale, softcap,
+                                   window_left, window_right, MASKED, False, CAUSAL, WINDOW, SOFTCAP, DROPOUT,
+                                   False, False)
+    b_dk = b_dk * scale  # (fa.5) dK = scale · dSᵀ Q
+    out = (bos_k * H + i_h) * D + o_j[:, None] * (H * D) + o_d[None, :]
+    m_store = (o_j < Lk)[:, None]
+    if BD != D:
+        m_store = m_store & (o_d < D)[None, :]
+    tl.store(dk + out, b_dk.to(dk.dtype.element_ty), mask=m_store)
+    tl.store(dv + out, b_dv.to(dv.dtype.element_ty), mask=m_store)
+
+
+@triton.jit
+def flash_bwd_dq_specialized(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, kv_seg, seeds,
+                             dq,
+                             scale, softcap, window_left, window_right, keep_threshold, inv_keep,
+                             bias_stride_b, bias_stride_h, TQ_OUT, TK_OUT,
+                             H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, BD: tl.constexpr,
+                             CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr,
+                             DROPOUT: tl.constexpr, VARLEN: tl.constexpr, F32: tl.constexpr,
+                             BM: tl.constexpr, BN: tl.constexpr):
+    """dQ of query rows [i_m·BM, i_m·BM + BM) of one (sequence, head): one loop over every visited key tile,
+    K and V through descriptors. Only causal masks and windows need a mask: a key row past Lk reads k = 0,
+    and dS_ij k_j adds nothing for it."""
+    i_m, i_nh = tl.program_id(0), tl.program_id(1)
+    i_n, i_h = i_nh // H, i_nh % H
+    i_hk = i_h // (H // HKV)
+    bos_q, bos_k, Lq, Lk, i_b, row0, col0 = sequence_pair(cu_q, cu_k, i_n, VARLEN)
+    m0 = i_m * BM
+    off = Lk - Lq
+    o_i = m0 + tl.arange(0, BM)
+    o_d = tl.arange(0, BD)
+    q_desc = rows_descriptor(q, bos_q, Lq, i_h, H, D, BM, BD)
+    do_desc = rows_descriptor(do, bos_q, Lq, i_h, H, D, BM, BD)
+    k_desc = rows_descriptor(k, bos_k, Lk, i_hk, HKV, D, BN, BD)
+    v_desc = rows_descriptor(v, bos_k, Lk, i_hk, HKV, D, BN, BD)
+    b_q = q_desc.load([m0, 0])  # [BM, BD]
+    b_do = do_desc.load([m0, 0])  # [BM, BD]
+    stats = (i_b * H + i_h) * TQ_OUT + row0 + o_i
+    b_lse2 = tl.load(lse2 + stats, mask=o_i < Lq, other=float("inf"))
+    b_delta = tl.load(delta + stats, mask=o_i < Lq, other=0.0)
+    b_dq = tl.zeros([BM, BD], tl.float32)
+
+    lo, _, _, hi = key_tiles(m0, Lk, off, window_left, window_right, BM, BN, CAUSAL, WINDOW, False)
+    hi = tl.where(m0 < Lq, hi, lo)
+    MASKED: tl.constexpr = CAUSAL or WINDOW
+    for j0 in tl.range(lo, hi, BN, warp_specialize=True):
+        o_j = j0 + tl.arange(0, BN)
+        b_k = k_desc.load([j0, 0])  # [BN, BD]
+        b_v = v_desc.load([j0, 0])  # [BN, BD]
+        b_dq, b_ds = _dq_step(b_dq, b_q, b_do, b_lse2, b_delta, b_k, b_v, o_i, o_j, Lk, off, 0.0, 0, 0, seeds, stats,
+                           col0, keep_threshold, inv_keep, scale, softcap, window_left, window_right, MASKED, False,
+                           CAUSAL, WINDOW, SOFTCAP, DROPOUT, False, False)
+    b_dq = b_dq * scale  # (fa.5) dQ = scale · dS K
+    out = (bos_q * H + i_h) * D + o_i[:, None] * (H * D) + o_d[None, :]
+    m_store = (o_i < Lq)[:, None]
+    if BD != D:
+        m_store = m_store & (o_d < D)[None, :]
+    tl.store(dq + out, b_dq.to(dq.dtype.element_ty), mask=m_store)
+
+
+flash_bwd_dkdv_specialized_kernel = triton.autotune(configs=DKDV_SPECIALIZED_CONFIGS, key=_BWD_KEY,
+                                                    prune_configs_by={"early_config_prune": _first_config}
+                                                    )(flash_bwd_dkdv_specialized)
+flash_bwd_dq_specialized_kernel = triton.autotune(configs=DQ_SPECIALIZED_CONFIGS, key=_BWD_KEY,
+                                                  prune_configs_by={"early_config_prune": _first_config}
+                                                  )(flash_bwd_dq_specialized)
