@@ -479,10 +479,11 @@ class Backend:
 class FakeTritonLib:
     """The parts of jax_triton.triton_lib the kernel cache touches, compiling nothing. With `scratch`, the
     compile's backend reports that much global scratch in its metadata, as Triton's `make_llir` does for
-    a kernel that makes TMA descriptors on the device; `kernel_args` is how many arguments jaxlib's
+    a kernel that makes TMA descriptors on the device; with `warps`, the metadata's num_warps becomes that
+    (as Triton's does for a warp-specialized kernel); `kernel_args` is how many arguments jaxlib's
     TritonKernel accepts (9 from jaxlib 0.11.1: the scratch size and alignment after the usual 7)."""
 
-    def __init__(self, scratch=0, kernel_args=9):
+    def __init__(self, scratch=0, kernel_args=9, warps=None):
         self.compiled = []
 
         def triton_kernel(*a):
@@ -497,6 +498,8 @@ class FakeTritonLib:
         class ScratchBackend(Backend):
             def make_llir(self, src, metadata, options, capability):
                 metadata.update(global_scratch_size=scratch, global_scratch_align=128 if scratch else 1)
+                if warps is not None:  # Triton's total over a warp-specialized kernel's partitions
+                    metadata["num_warps"] = warps
                 return "llir"
 
         def compile_ttir_inplace(ttir, backend, options, compute_capability, platform):
@@ -579,6 +582,30 @@ def test_a_kernel_that_needs_global_scratch_is_built_with_it(monkeypatch, cache_
     autotune.KernelCache(old, autotune.cache_dir, versions).install()
     with pytest.raises(RuntimeError, match="k_0d1d: the kernel needs 512 bytes of global scratch"):
         _get(old)
+
+
+def test_a_warp_specialized_kernel_is_launched_with_all_its_warps(monkeypatch, cache_dir):
+    """Warp specialization turns a 4-warp config into a 12-warp kernel (Triton's metadata says so; jax-triton
+    0.3.1 launches the config's 4): the kernel is built with 12 when compiled, when loaded from disk by the next
+    process and with the cache off, with and without global scratch; a kernel whose compile keeps its warps is
+    launched with them."""
+    versions = {"triton": "3.6.0", "jax_triton": "0.3.1", "jaxlib": "0.11.2"}
+    first = FakeTritonLib(warps=12)
+    autotune.KernelCache(first, autotune.cache_dir, versions).install()
+    kernel, _ = _get(first, num_warps=4)
+    assert kernel[1] == ("k_0d1d", 12, 1, 4096, "ptx of " + first.compiled[0], first.compiled[0], 90)
+    second = FakeTritonLib(warps=12)
+    autotune.KernelCache(second, autotune.cache_dir, versions).install()
+    assert _get(second, num_warps=4)[0] == kernel and second.compiled == []
+
+    monkeypatch.setenv(autotune.MODE_VAR, "off")
+    both = FakeTritonLib(warps=12, scratch=640)
+    autotune.KernelCache(both, autotune.cache_dir, versions).install()
+    assert _get(both, num_warps=4)[0][1][1:2] + _get(both, num_warps=4)[0][1][7:] == (12, 640, 128)
+    same = FakeTritonLib(warps=4)
+    autotune.KernelCache(same, autotune.cache_dir, versions).install()
+    built = _get(same, num_warps=4)[0]
+    assert built[1][1] == 4 and len(built[1]) == 7
 
 
 def test_the_kernel_cache_steps_aside_when_off_or_dumping(monkeypatch, cache_dir):

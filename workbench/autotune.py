@@ -587,7 +587,7 @@ class KernelCache:
         captured = getattr(self.local, "captured", None)
         text = str(ttir) if captured is not None else None  # before the passes rewrite the module in place
         scratch: dict[str, int] = {}
-        with _reading_scratch(backend, scratch):
+        with _reading_launch_metadata(backend, scratch):
             result = self.compile(ttir, backend, options, compute_capability, platform)
         if captured is not None:
             captured.append({"name": result.name, "shared_mem_bytes": result.shared_mem_bytes,
@@ -604,19 +604,19 @@ class KernelCache:
         return kernel, attrs, captured
 
     def _launchable(self, kernel, entry: Mapping[str, Any] | None, num_warps, num_ctas, cc):
-        """The kernel jax-triton built, or, when the compile asked for global scratch (TMA descriptors made on
-        the device: `tl.make_tensor_descriptor`), the same kernel built again with its scratch size, which
-        jax-triton 0.3.1 drops: launched without it, the kernel would write its descriptors to address 0."""
+        """The kernel jax-triton built, or the same kernel built again with what jax-triton 0.3.1 drops from
+        the compile: the global scratch it asked for (TMA descriptors made on the device:
+        `tl.make_tensor_descriptor`; launched without it, the kernel would write its descriptors to address 0),
+        and the warps it runs (warp specialization adds partitions: 4 warps become 12, and launched with 4
+        the producer and consumer warp groups would never meet)."""
         with _LOCK:
             known = self.replaced.get(id(kernel))
         if known is not None:
             return known
-        if not entry or not entry.get("global_scratch_size"):
+        requested = 4 if num_warps is None else num_warps
+        if not entry or not (entry.get("global_scratch_size") or entry.get("num_warps", requested) != requested):
             return kernel
-        lib = self.lib.triton_kernel_call_lib
-        args = (entry["name"], 4 if num_warps is None else num_warps, num_ctas, entry["shared_mem_bytes"],
-                entry["binary"], entry["ttir"], cc)
-        rebuilt = _kernel_with_scratch(lib, args, entry["global_scratch_size"], entry.get("global_scratch_align", 1))
+        rebuilt = _kernel_from_entry(self.lib.triton_kernel_call_lib, entry, requested, num_ctas, cc)
         with _LOCK:
             self.replaced[id(kernel)] = rebuilt
             self.keep.append(kernel)  # its id must stay unique while the mapping holds it
@@ -656,13 +656,7 @@ class KernelCache:
         entry = store.read(key)
         if entry is not None:
             try:
-                args = (entry["name"], key["num_warps"], num_ctas, entry["shared_mem_bytes"], entry["binary"],
-                        entry["ttir"], cc)
-                if entry.get("global_scratch_size"):
-                    kernel = _kernel_with_scratch(lib, args, entry["global_scratch_size"],
-                                                  entry.get("global_scratch_align", 1))
-                else:
-                    kernel = lib.TritonKernel(*args)
+                kernel = _kernel_from_entry(lib, entry, key["num_warps"], num_ctas, cc)
                 attrs = {tuple(index): value for index, value in entry["attrs"]}
             except (KeyError, TypeError, ValueError) as exc:
                 warnings.warn(f"workbench cache: ignoring corrupt {store.path(key)}: {exc}", CacheWarning,
@@ -683,9 +677,10 @@ class KernelCache:
 
 
 @contextlib.contextmanager
-def _reading_scratch(backend, into: dict[str, int]):
-    """While open, the backend's `make_llir` also reports the global scratch its metadata asks for (Triton
-    sets `global_scratch_size`/`_align` there; jax-triton 0.3.1 keeps neither)."""
+def _reading_launch_metadata(backend, into: dict[str, int]):
+    """While open, the backend's `make_llir` also reports what a launch needs from its metadata and jax-triton
+    0.3.1 does not keep: the global scratch (`global_scratch_size`/`_align`) and the warps the kernel runs
+    (`num_warps`, which Triton raises to the total of a warp-specialized kernel's partitions)."""
     make_llir = getattr(backend, "make_llir", None)
     if make_llir is None:
         yield
@@ -696,6 +691,8 @@ def _reading_scratch(backend, into: dict[str, int]):
         out = make_llir(src, metadata, *rest)
         into["global_scratch_size"] = int(metadata.get("global_scratch_size") or 0)
         into["global_scratch_align"] = int(metadata.get("global_scratch_align") or 1)
+        if metadata.get("num_warps"):
+            into["num_warps"] = int(metadata["num_warps"])
         return out
 
     backend.make_llir = reading
@@ -706,6 +703,16 @@ def _reading_scratch(backend, into: dict[str, int]):
             backend.make_llir = make_llir
         else:
             del backend.make_llir
+
+
+def _kernel_from_entry(lib, entry: Mapping[str, Any], num_warps: int, num_ctas: int, cc: int):
+    """jaxlib's TritonKernel of a captured compile: the warps the compile reported (else those asked for), and
+    its global scratch when it has any."""
+    args = (entry["name"], int(entry.get("num_warps") or num_warps), num_ctas, entry["shared_mem_bytes"],
+            entry["binary"], entry["ttir"], cc)
+    if entry.get("global_scratch_size"):
+        return _kernel_with_scratch(lib, args, entry["global_scratch_size"], entry.get("global_scratch_align", 1))
+    return lib.TritonKernel(*args)
 
 
 def _kernel_with_scratch(lib, args: tuple, size: int, align: int):
