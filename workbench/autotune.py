@@ -607,8 +607,8 @@ class KernelCache:
         """The kernel jax-triton built, or the same kernel built again with what jax-triton 0.3.1 drops from
         the compile: the global scratch it asked for (TMA descriptors made on the device:
         `tl.make_tensor_descriptor`; launched without it, the kernel would write its descriptors to address 0),
-        and the warps it runs (warp specialization adds partitions: 4 warps become 12, and launched with 4
-        the producer and consumer warp groups would never meet)."""
+        and the warps it runs (warp specialization adds partitions: 4 warps become 12, and the PTX then
+        requires 384 threads per block, `.reqntid 384`, which a launch with the config's 4 warps lacks)."""
         with _LOCK:
             known = self.replaced.get(id(kernel))
         if known is not None:
