@@ -17,7 +17,9 @@ def start() -> None:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # a GPU shared with the test process
 
 
-OPS = ("recurrent", "chunk_gla", "chunk_kda", "recurrent_kda", "flash_attention")
+OPS = ("recurrent", "chunk_gla", "chunk_kda", "recurrent_kda", "flash_attention", "flash_attention[specialized]")
+# bfloat16 ops, whose Triton path and reference differ by bfloat16 roundings, not float32 ones
+BF16_OPS = ("flash_attention[specialized]",)
 T, H, K = 40, 1, 16
 
 
@@ -29,12 +31,18 @@ def _problem(op: str, seed: int):
     from workbench.kda.inputs import kda_inputs
     from workbench.testing import attention_inputs, recurrent_inputs
 
-    if op == "flash_attention":
-        x = attention_inputs(seed, 1, T, T, H, 1, K, sinks=True)
+    if op.startswith("flash_attention"):
+        from workbench.flash_attention import Tuning
+
+        specialized = op == "flash_attention[specialized]"  # both warp-specialized schedules: bf16 only
+        x = attention_inputs(seed, 1, T, T, H, 1, K, sinks=True, dtype=jnp.bfloat16 if specialized else jnp.float32,
+                             aux_dtype=jnp.float32)
+        tuning = Tuning(forward_schedule="warp_specialized", backward_schedule="warp_specialized") if specialized \
+            else None
 
         def fn(x, cu, impl):
             return workbench.flash_attention(x["q"], x["k"], x["v"], sinks=x["sinks"], causal=True, return_lse=True,
-                                             cu_seqlens_q=cu, cu_seqlens_k=cu, implementation=impl)
+                                             cu_seqlens_q=cu, cu_seqlens_k=cu, implementation=impl, tuning=tuning)
 
         return x, ("q", "k", "v", "sinks"), fn
     if op in ("chunk_kda", "recurrent_kda"):
@@ -107,7 +115,7 @@ def run(op: str, seed: int, bounds: list[int]) -> dict:
         rest = {name: a for name, a in x.items() if name not in diff}
         outputs = forward(primals, rest, cu)
         cotangents = random_cotangents(seed + 7, outputs)
-        if op == "flash_attention":  # lse is −inf on empty rows: its cotangent there is irrelevant
+        if op.startswith("flash_attention"):  # lse is −inf on empty rows: its cotangent there is irrelevant
             cotangents = (cotangents[0], jnp.where(jnp.isfinite(outputs[1]), cotangents[1], 0.0))
         grads = gradients(primals, rest, cu, cotangents)
         arrays = {"out0": outputs[0], "out1": outputs[1], **{f"d{n}": g for n, g in grads.items()}}

@@ -91,12 +91,16 @@ def test_traced_bounds_compiled(worker, op):
 
 def _check_case(op, bounds, result, tolerance=2e-6):
     """Every output and gradient of the Triton path finite, zero on rows outside every sequence, and within
-    `tolerance` (RMS-relative; float32 rounding of two summation orders) of the reference's."""
+    `tolerance` (RMS-relative; float32 rounding of two summation orders) of the reference's — for a bfloat16
+    op, within 2e-2 (two bfloat16 roundings of values near 1 differ by up to 8e-3; the oracle-budget tests
+    hold the precision, this test the addresses and the rule)."""
+    if op in bounds_worker.BF16_OPS:
+        tolerance = 2e-2
     _, inside = _rule(bounds)
     triton_side, reference = result["triton"], result["reference"]
     for name, got in triton_side.items():
         want = reference[name]
-        if name == "out1" and op == "flash_attention":  # lse: −inf or the sink on empty rows, as the reference
+        if name == "out1" and op.startswith("flash_attention"):  # lse: −inf or the sink on empty rows, as the reference
             assert np.array_equal(np.isneginf(got), np.isneginf(want)), f"{op} lse: −inf rows differ"
             got, want = np.where(np.isneginf(got), 0, got), np.where(np.isneginf(want), 0, want)
         assert np.all(np.isfinite(got)), f"{op} {name}: not finite for bounds {bounds}"
