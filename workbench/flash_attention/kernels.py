@@ -78,6 +78,15 @@ def sequence_pair(cu_q, cu_k, i_n, VARLEN: tl.constexpr):
 
 
 @triton.jit
+def head_and_sequence(i_nh, cu_q, cu_k, H: tl.constexpr, HKV: tl.constexpr, VARLEN: tl.constexpr):
+    """A program axis over (sequence, query head), i_nh = n · H + h: (h, its kv head, and `sequence_pair`
+    of sequence n)."""
+    i_n, i_h = i_nh // H, i_nh % H
+    bos_q, bos_k, Lq, Lk, i_b, row0, col0 = sequence_pair(cu_q, cu_k, i_n, VARLEN)
+    return i_h, i_h // (H // HKV), bos_q, bos_k, Lq, Lk, i_b, row0, col0
+
+
+@triton.jit
 def load_rows(ptrs, o_row, L, o_d, D: tl.constexpr, BD: tl.constexpr, CHECK_ROWS: tl.constexpr):
     """Load a [rows, BD] tile; masks only what can be out of bounds (rows past L, columns past D)."""
     if CHECK_ROWS:
@@ -102,6 +111,31 @@ def rows_descriptor(base, bos, L, head, HEADS: tl.constexpr, D: tl.constexpr, BR
     start = tl.where(L > 0, bos * HEADS + head, head) * D
     return tl.make_tensor_descriptor(base + start, shape=[tl.maximum(L, 1), D], strides=[HEADS * D, 1],
                                      block_shape=[BR, BD])
+
+
+@triton.jit
+def rows_mask(o_row, L, o_d, D: tl.constexpr, BD: tl.constexpr):
+    """The mask of a [rows, BD] tile's stores: rows before L, columns before D."""
+    m = (o_row < L)[:, None]
+    if BD != D:
+        m = m & (o_d < D)[None, :]
+    return m
+
+
+@triton.jit
+def attention_descriptors(q, k, v, do, bos_q, bos_k, Lq, Lk, i_h, i_hk, H: tl.constexpr, HKV: tl.constexpr,
+                          D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr):
+    """`rows_descriptor`s of one program's query head (q, dO: [BM, BD] boxes) and kv head (k, v: [BN, BD])."""
+    return (rows_descriptor(q, bos_q, Lq, i_h, H, D, BM, BD), rows_descriptor(k, bos_k, Lk, i_hk, HKV, D, BN, BD),
+            rows_descriptor(v, bos_k, Lk, i_hk, HKV, D, BN, BD), rows_descriptor(do, bos_q, Lq, i_h, H, D, BM, BD))
+
+
+@triton.jit
+def row_stats(lse2_rows, delta_rows, o_i, Lq):
+    """(lse₂, Delta) of query rows o_i (pointers to row 0 of the head's stats); rows past Lq read lse₂ = +∞
+    and Delta = 0, so their P is 0 (fa.10)."""
+    return (tl.load(lse2_rows + o_i, mask=o_i < Lq, other=float("inf")),
+            tl.load(delta_rows + o_i, mask=o_i < Lq, other=0.0))
 
 
 @triton.jit
@@ -319,9 +353,7 @@ def _fwd_store(acc, m_i, l_i, o_i, o, lse, o_f32, o_head, lse_head, Lq, inv_keep
     b_o = acc * (inv_keep / l_safe)[:, None]
     b_lse = (m_i + tl.log2(l_i)) * LN2  # (fa.4)
     o_off = o_head + o_i[:, None] * (H * D) + o_d[None, :]
-    m_store = (o_i < Lq)[:, None]
-    if BD != D:
-        m_store = m_store & (o_d < D)[None, :]
+    m_store = rows_mask(o_i, Lq, o_d, D, BD)
     tl.store(o + o_off, b_o.to(o.dtype.element_ty), mask=m_store)
     if KEEP_F32:  # (fa.5) for the backward's Delta: rowsum(dO ∘ O) of the unrounded O
         tl.store(o_f32 + o_off, b_o, mask=m_store)
@@ -381,9 +413,7 @@ def flash_fwd_kernel(q, k, v, cu_q, cu_k, bias, q_seg, kv_seg, sinks, seeds,
     blocks have the most keys, and starting them first shortens the tail of the launch."""
     i_m = tl.num_programs(0) - 1 - tl.program_id(0)
     i_nh = tl.program_id(1)
-    i_n, i_h = i_nh // H, i_nh % H
-    i_hk = i_h // (H // HKV)
-    bos_q, bos_k, Lq, Lk, i_b, row0, col0 = sequence_pair(cu_q, cu_k, i_n, VARLEN)
+    i_h, i_hk, bos_q, bos_k, Lq, Lk, i_b, row0, col0 = head_and_sequence(i_nh, cu_q, cu_k, H, HKV, VARLEN)
     m0 = i_m * BM
     if m0 >= Lq:
         return
@@ -478,9 +508,7 @@ def flash_fwd_specialized(q, k, v, cu_q, cu_k, bias, q_seg, kv_seg, sinks, seeds
     `flash_fwd_kernel`, so one launch serves both; SPLIT is always False here."""
     i_m = tl.num_programs(0) - 1 - tl.program_id(0)
     i_nh = tl.program_id(1)
-    i_n, i_h = i_nh // H, i_nh % H
-    i_hk = i_h // (H // HKV)
-    bos_q, bos_k, Lq, Lk, i_b, row0, col0 = sequence_pair(cu_q, cu_k, i_n, VARLEN)
+    i_h, i_hk, bos_q, bos_k, Lq, Lk, i_b, row0, col0 = head_and_sequence(i_nh, cu_q, cu_k, H, HKV, VARLEN)
     m0 = i_m * BM  # a block past the sequence (packed sequences) loops over no key and stores nothing:
     off = Lk - Lq  # no early return, which Triton 3.6's specialization rejects (an assertion in the compiler)
     o_i = m0 + tl.arange(0, BM)
@@ -586,8 +614,7 @@ def _dkdv_tiles(b_dk, b_dv, b_k, b_v, q_base, do_base, lse2_base, delta_base, o_
         o_i = i0 + tl.arange(0, BM)
         b_q = load_rows(q_base + o_i[:, None] * (H * D) + o_d[None, :], o_i, Lq, o_d, D, BD, True)  # [BM, BD]
         b_do = load_rows(do_base + o_i[:, None] * (H * D) + o_d[None, :], o_i, Lq, o_d, D, BD, True)  # [BM, BD]
-        b_lse2 = tl.load(lse2_base + o_i, mask=o_i < Lq, other=float("inf"))  # [BM]
-        b_delta = tl.load(delta_base + o_i, mask=o_i < Lq, other=0.0)  # [BM]
+        b_lse2, b_delta = row_stats(lse2_base, delta_base, o_i, Lq)  # [BM]
         b_bias = 0.0
         if HAS_BIAS:
             b_bias = tl.load(bias_base + o_i[None, :].to(tl.int64) * TK_OUT,
@@ -699,9 +726,7 @@ def flash_bwd_dkdv_kernel(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, kv_
                                  dbias_base, i_j, H, D, BD, BM, True, F32, CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS,
                                  HAS_SEGMENTS, ATOMIC_DQ)
     b_dk = b_dk * scale  # (fa.5) dK = scale · dSᵀ Q
-    m_store = (o_j < Lk)[:, None]
-    if BD != D:
-        m_store = m_store & (o_d < D)[None, :]
+    m_store = rows_mask(o_j, Lk, o_d, D, BD)
     tl.store(dk + kv_off, b_dk.to(dk.dtype.element_ty), mask=m_store)
     tl.store(dv + kv_off, b_dv.to(dv.dtype.element_ty), mask=m_store)
 
@@ -804,9 +829,7 @@ def flash_bwd_dq_kernel(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, kv_se
                         BM: tl.constexpr, BN: tl.constexpr):
     """dQ of query rows [i_m·BM, i_m·BM + BM) of one (sequence, head), and the bias gradient there."""
     i_m, i_nh = tl.program_id(0), tl.program_id(1)
-    i_n, i_h = i_nh // H, i_nh % H
-    i_hk = i_h // (H // HKV)
-    bos_q, bos_k, Lq, Lk, i_b, row0, col0 = sequence_pair(cu_q, cu_k, i_n, VARLEN)
+    i_h, i_hk, bos_q, bos_k, Lq, Lk, i_b, row0, col0 = head_and_sequence(i_nh, cu_q, cu_k, H, HKV, VARLEN)
     m0 = i_m * BM
     if m0 >= Lq:
         return
@@ -817,9 +840,8 @@ def flash_bwd_dq_kernel(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, kv_se
     q_off = (bos_q * H + i_h) * D + o_i[:, None] * (H * D) + o_d[None, :]
     b_q = load_rows(q + q_off, o_i, Lq, o_d, D, BD, True)  # [BM, BD]
     b_do = load_rows(do + q_off, o_i, Lq, o_d, D, BD, True)  # [BM, BD]
-    stats = (i_b * H + i_h) * TQ_OUT + row0 + o_i
-    b_lse2 = tl.load(lse2 + stats, mask=o_i < Lq, other=float("inf"))
-    b_delta = tl.load(delta + stats, mask=o_i < Lq, other=0.0)
+    stats = (i_b * H + i_h) * TQ_OUT + row0
+    b_lse2, b_delta = row_stats(lse2 + stats, delta + stats, o_i, Lq)  # [BM]
     k_base = k + (bos_k * HKV + i_hk) * D
     v_base = v + (bos_k * HKV + i_hk) * D
     bias_base = bias
@@ -831,7 +853,7 @@ def flash_bwd_dq_kernel(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, kv_se
     b_sq = 0
     if HAS_SEGMENTS:
         b_sq = tl.load(q_seg + bos_q + o_i, mask=o_i < Lq, other=0)[:, None]
-    drop_row = (i_b * H + i_h) * TQ_OUT + row0 + o_i
+    drop_row = stats + o_i
     b_dq = tl.zeros([BM, BD], tl.float32)
 
     lo, a, b, hi = key_tiles(m0, Lk, off, window_left, window_right, BM, BN, CAUSAL, WINDOW, HAS_SEGMENTS)
@@ -848,9 +870,7 @@ def flash_bwd_dq_kernel(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, kv_se
                      scale, softcap, window_left, window_right, HKV, D, BD, BN, True, F32,
                      CAUSAL, WINDOW, SOFTCAP, DROPOUT, HAS_BIAS, HAS_SEGMENTS)
     b_dq = b_dq * scale  # (fa.5) dQ = scale · dS K
-    m_store = (o_i < Lq)[:, None]
-    if BD != D:
-        m_store = m_store & (o_d < D)[None, :]
+    m_store = rows_mask(o_i, Lq, o_d, D, BD)
     tl.store(dq + q_off, b_dq.to(dq.dtype.element_ty), mask=m_store)
 
 
@@ -876,17 +896,13 @@ def flash_bwd_dkdv_specialized(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg
     so that Triton warp-specializes it. Only causal masks and windows need a mask here: query rows past
     Lq read q = dO = 0 and lse = +∞, so P = 0 (fa.10); key rows past Lk are never stored."""
     i_j, i_nh = tl.program_id(0), tl.program_id(1)
-    i_n, i_h = i_nh // H, i_nh % H
-    i_hk = i_h // (H // HKV)
-    bos_q, bos_k, Lq, Lk, i_b, row0, col0 = sequence_pair(cu_q, cu_k, i_n, VARLEN)
+    i_h, i_hk, bos_q, bos_k, Lq, Lk, i_b, row0, col0 = head_and_sequence(i_nh, cu_q, cu_k, H, HKV, VARLEN)
     n0 = i_j * BN  # a block past the sequence loops over nothing (no early return: see flash_fwd_specialized)
     off = Lk - Lq
     o_j = n0 + tl.arange(0, BN)
     o_d = tl.arange(0, BD)
-    k_desc = rows_descriptor(k, bos_k, Lk, i_hk, HKV, D, BN, BD)
-    v_desc = rows_descriptor(v, bos_k, Lk, i_hk, HKV, D, BN, BD)
-    q_desc = rows_descriptor(q, bos_q, Lq, i_h, H, D, BM, BD)
-    do_desc = rows_descriptor(do, bos_q, Lq, i_h, H, D, BM, BD)
+    q_desc, k_desc, v_desc, do_desc = attention_descriptors(q, k, v, do, bos_q, bos_k, Lq, Lk, i_h, i_hk, H, HKV, D,
+                                                            BM, BN, BD)
     b_k = k_desc.load([n0, 0])  # [BN, BD]
     b_v = v_desc.load([n0, 0])  # [BN, BD]
     stats = (i_b * H + i_h) * TQ_OUT + row0
@@ -900,17 +916,14 @@ def flash_bwd_dkdv_specialized(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg
         o_i = i0 + tl.arange(0, BM)
         b_q = q_desc.load([i0, 0])  # [BM, BD]
         b_do = do_desc.load([i0, 0])  # [BM, BD]
-        b_lse2 = tl.load(lse2 + stats + o_i, mask=o_i < Lq, other=float("inf"))  # [BM]
-        b_delta = tl.load(delta + stats + o_i, mask=o_i < Lq, other=0.0)  # [BM]
+        b_lse2, b_delta = row_stats(lse2 + stats, delta + stats, o_i, Lq)  # [BM]
         b_dk, b_dv, b_dsT = _dkdv_step(b_dk, b_dv, b_k, b_v, b_q, b_do, b_lse2, b_delta, o_i, o_j, Lk, off, 0.0, 0, 0,
                                    seeds, stats, col0 + o_j[:, None], keep_threshold, inv_keep, scale, softcap,
                                    window_left, window_right, MASKED, False, CAUSAL, WINDOW, SOFTCAP, DROPOUT,
                                    False, False)
     b_dk = b_dk * scale  # (fa.5) dK = scale · dSᵀ Q
     out = (bos_k * H + i_h) * D + o_j[:, None] * (H * D) + o_d[None, :]
-    m_store = (o_j < Lk)[:, None]
-    if BD != D:
-        m_store = m_store & (o_d < D)[None, :]
+    m_store = rows_mask(o_j, Lk, o_d, D, BD)
     tl.store(dk + out, b_dk.to(dk.dtype.element_ty), mask=m_store)
     tl.store(dv + out, b_dv.to(dv.dtype.element_ty), mask=m_store)
 
@@ -928,22 +941,17 @@ def flash_bwd_dq_specialized(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, 
     K and V through descriptors. Only causal masks and windows need a mask: a key row past Lk reads k = 0,
     and dS_ij k_j adds nothing for it."""
     i_m, i_nh = tl.program_id(0), tl.program_id(1)
-    i_n, i_h = i_nh // H, i_nh % H
-    i_hk = i_h // (H // HKV)
-    bos_q, bos_k, Lq, Lk, i_b, row0, col0 = sequence_pair(cu_q, cu_k, i_n, VARLEN)
+    i_h, i_hk, bos_q, bos_k, Lq, Lk, i_b, row0, col0 = head_and_sequence(i_nh, cu_q, cu_k, H, HKV, VARLEN)
     m0 = i_m * BM
     off = Lk - Lq
     o_i = m0 + tl.arange(0, BM)
     o_d = tl.arange(0, BD)
-    q_desc = rows_descriptor(q, bos_q, Lq, i_h, H, D, BM, BD)
-    do_desc = rows_descriptor(do, bos_q, Lq, i_h, H, D, BM, BD)
-    k_desc = rows_descriptor(k, bos_k, Lk, i_hk, HKV, D, BN, BD)
-    v_desc = rows_descriptor(v, bos_k, Lk, i_hk, HKV, D, BN, BD)
+    q_desc, k_desc, v_desc, do_desc = attention_descriptors(q, k, v, do, bos_q, bos_k, Lq, Lk, i_h, i_hk, H, HKV, D,
+                                                            BM, BN, BD)
     b_q = q_desc.load([m0, 0])  # [BM, BD]
     b_do = do_desc.load([m0, 0])  # [BM, BD]
-    stats = (i_b * H + i_h) * TQ_OUT + row0 + o_i
-    b_lse2 = tl.load(lse2 + stats, mask=o_i < Lq, other=float("inf"))
-    b_delta = tl.load(delta + stats, mask=o_i < Lq, other=0.0)
+    stats = (i_b * H + i_h) * TQ_OUT + row0
+    b_lse2, b_delta = row_stats(lse2 + stats, delta + stats, o_i, Lq)  # [BM]
     b_dq = tl.zeros([BM, BD], tl.float32)
 
     lo, _, _, hi = key_tiles(m0, Lk, off, window_left, window_right, BM, BN, CAUSAL, WINDOW, False)
@@ -953,14 +961,12 @@ def flash_bwd_dq_specialized(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, 
         o_j = j0 + tl.arange(0, BN)
         b_k = k_desc.load([j0, 0])  # [BN, BD]
         b_v = v_desc.load([j0, 0])  # [BN, BD]
-        b_dq, b_ds = _dq_step(b_dq, b_q, b_do, b_lse2, b_delta, b_k, b_v, o_i, o_j, Lk, off, 0.0, 0, 0, seeds, stats,
-                           col0, keep_threshold, inv_keep, scale, softcap, window_left, window_right, MASKED, False,
-                           CAUSAL, WINDOW, SOFTCAP, DROPOUT, False, False)
+        b_dq, b_ds = _dq_step(b_dq, b_q, b_do, b_lse2, b_delta, b_k, b_v, o_i, o_j, Lk, off, 0.0, 0, 0, seeds,
+                           stats + o_i, col0, keep_threshold, inv_keep, scale, softcap, window_left, window_right, MASKED,
+                           False, CAUSAL, WINDOW, SOFTCAP, DROPOUT, False, False)
     b_dq = b_dq * scale  # (fa.5) dQ = scale · dS K
     out = (bos_q * H + i_h) * D + o_i[:, None] * (H * D) + o_d[None, :]
-    m_store = (o_i < Lq)[:, None]
-    if BD != D:
-        m_store = m_store & (o_d < D)[None, :]
+    m_store = rows_mask(o_i, Lq, o_d, D, BD)
     tl.store(dq + out, b_dq.to(dq.dtype.element_ty), mask=m_store)
 
 
