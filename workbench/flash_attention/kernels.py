@@ -940,7 +940,7 @@ def flash_bwd_dq_specialized(q, k, v, do, lse2, delta, cu_q, cu_k, bias, q_seg, 
     """dQ of query rows [i_m·BM, i_m·BM + BM) of one (sequence, head): one loop over every visited key tile,
     K and V through descriptors. Only causal masks and windows need a mask: a key row past Lk reads k = 0,
     and dS_ij k_j adds nothing for it."""
-    i_m, i_nh = tl.program_id(0), tl.program_id(1)
+    i_m, i_nh = tl.num_programs(0) - 1 - tl.program_id(0), tl.program_id(1)  # causal: the longest rows first
     i_h, i_hk, bos_q, bos_k, Lq, Lk, i_b, row0, col0 = head_and_sequence(i_nh, cu_q, cu_k, H, HKV, VARLEN)
     m0 = i_m * BM
     off = Lk - Lq
