@@ -97,7 +97,7 @@ def parse(path):
         "tokens": rec.get("tokens"),
     }
     rows = []
-    if rec.get("harness") == "workbench.bench_ring":
+    if rec.get("harness") in ("workbench.bench_ring", "workbench.bench.ring"):
         raise ValueError("a ring_attention record (see ring_attention.ipynb)")
     if isinstance(rec.get("results"), list):            # workbench bench
         header["shape_set"] = rec.get("shape_set", "?")

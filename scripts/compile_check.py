@@ -60,7 +60,7 @@ def compile_call(*args, kernel, out_shape, grid, name="", zeroed_outputs=(), inp
     args = tuple(launch.absent() if a is None else a for a in args)
     single = not isinstance(out_shape, (list, tuple))
     outs = [out_shape] if single else list(out_shape)
-    tuner, heuristics, jit = launch._unwrap(kernel)
+    tuner, heuristics, jit = launch.unwrap(kernel)
     configs = list(tuner.configs) if tuner is not None else [triton.Config({}, num_warps=num_warps or 4,
                                                                            num_stages=num_stages or 3)]
     values = list(args) + [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outs]

@@ -4,7 +4,7 @@
     python scripts/kda_prof.py --only chunk_kda_bwd_intra_kernel,chunk_kda_intra_kernel --no-totals
     python scripts/kda_prof.py --dry           # CPU: tiny shapes through the interpreter (catches typos)
 
-Inputs are `workbench bench --op chunk_kda`'s (`bench._kda_inputs`: unit keys, β = sigmoid(normal),
+Inputs are `workbench bench --op chunk_kda`'s (`bench.specs.chunk_kda_inputs`: unit keys, β = sigmoid(normal),
 log-decays of strength 0.5, no initial state), cotangents random. One real forward and both backwards
 (fused and unfused) run first with every kernel at its first config, recording each kernel launch
 (its arrays and constexprs); at the end every recorded launch is replayed alone under `jax.jit`, once
@@ -59,7 +59,7 @@ print(f"workbench from {workbench.__file__}")
 print(f"device {jax.devices()[0]}; interpreter {launch.INTERPRET}; B={B} T={T} H={H} K={K} V={V} chunk {BT} "
       f"bf16; n={opts.n} reps={opts.reps}", flush=True)
 
-x = bench._kda_inputs(dict(B=B, T=T, H=H, K=K, V=V), "bfloat16", 0)
+x = bench.specs.chunk_kda_inputs(dict(B=B, T=T, H=H, K=K, V=V), "bfloat16", 0)
 q, k, v, g, beta = (x[n] for n in ("q", "k", "v", "g", "beta"))
 ks = jax.random.split(jax.random.key(1), 2)
 do_full = jax.random.normal(ks[0], v.shape, jnp.float32).astype(v.dtype)
@@ -79,7 +79,7 @@ def med(f, *args):
 
 
 def name_of(kernel):
-    return launch._unwrap(kernel)[2].__name__
+    return launch.unwrap(kernel)[2].__name__
 
 
 # ----------------------------------------------------------------------------- record every launch once
@@ -94,9 +94,11 @@ def recorder(*args, kernel, **kwargs):
     return out
 
 
+KERNELS = {name: value for module in (kda.tl_chunked, kda.forward_kernels, kda.sweep_kernels, kda.backward_kernels,
+                                      kda.recurrent_kernels)
+           for name, value in vars(module).items() if name.endswith("_kernel")}
 saved_configs = {}
-for attr in kda.kernels.__all__:
-    kern = getattr(kda.kernels, attr)
+for attr, kern in KERNELS.items():
     if launch.autotune_configs(kern):
         saved_configs[attr] = list(kern.configs)
         kern.configs = saved_configs[attr][:1]  # the recording run compiles one config per kernel
@@ -109,7 +111,7 @@ try:
 finally:
     kda.triton_call = _real_call
     for attr, cfgs in saved_configs.items():
-        getattr(kda.kernels, attr).configs = cfgs
+        KERNELS[attr].configs = cfgs
 print(f"recorded {len(RECORDED)} kernels in {time.perf_counter() - T0:.0f} s: {', '.join(RECORDED)}", flush=True)
 
 # ----------------------------------------------------------------------------- totals (autotuned)
@@ -156,7 +158,7 @@ BACKWARD_UNFUSED = ("chunk_kda_dh_kernel", "chunk_kda_bwd_inter_kernel", "chunk_
 
 def replay(kernel, args, kwargs):
     """jax.jit of the one launch, its arrays as arguments (scalars and constexprs baked in)."""
-    pos = [i for i, a in enumerate(args) if launch._is_array(a)]
+    pos = [i for i, a in enumerate(args) if launch.is_array(a)]
     arrays = [args[i] for i in pos]
 
     def call(*arrs):

@@ -86,7 +86,7 @@ def main() -> None:
     if args.peers:
         for peer in op.peers:
             try:
-                bench._import_peer(peer.module)
+                bench.peers.import_peer(peer.module)
             except Exception as exc:  # noqa: BLE001 — a missing peer is reported, not fatal
                 print(f"{peer.name}: not available ({exc})")
                 continue

@@ -1,9 +1,15 @@
-"""Which construct of the ring makes JAX's Shardy partitioner crash on GPUs (issue 19)?
+"""Which construct of the ring makes JAX's Shardy partitioner crash on GPUs (issues 19 and 30)?
 
 Runs each probe in its own process (a segmentation fault ends only that process) under the partitioner
 given, over a mesh of every visible device, and prints one line per probe: its exit status and, for a
 crash, the signal. The probes grow from a bare `ppermute` ring to the full Triton ring with its
 gradient, so the first one that crashes names the construct.
+
+What they found on 2 H200s (JAX 0.11.2): collectives, loops, `lax.cond` on the axis index and custom VJPs
+all compile under Shardy; `whole_axis_scatter` — a scatter covering a whole axis of an array that varies
+over the manual axis, no collective at all — crashes it, where `partial_axis_scatter` and
+`whole_axis_replaced` compile. The ring's blocks wrote their results that way; they now replace the
+array when the block covers the whole shard (`ring_attention/reference.py`, `_fill`).
 
     python scripts/shardy_probe.py [--partitioner shardy|gspmd] [--only NAME,...] [--timeout S]
 
@@ -80,6 +86,45 @@ def ppermute_loop(mesh):
 
 
 @probe
+def whole_axis_scatter(mesh):
+    """The construct that crashed Shardy on GPUs: `.at[:, 0:T].set` on zeros varying over the manual axis."""
+    import jax.numpy as jnp
+
+    def f(a):
+        return jnp.zeros_like(a, jnp.float32).at[:, 0:a.shape[1]].set(a * 2)
+    return _shard(f, mesh)(_x(mesh))
+
+
+@probe
+def partial_axis_scatter(mesh):
+    import jax.numpy as jnp
+
+    def f(a):
+        return jnp.zeros_like(a, jnp.float32).at[:, 0:a.shape[1] // 2].set(a[:, :a.shape[1] // 2] * 2)
+    return _shard(f, mesh)(_x(mesh))
+
+
+@probe
+def whole_axis_replaced(mesh):
+    """What the ring's blocks do now where a block covers the whole shard: the result itself, varying."""
+    from workbench._sharding import vary_like
+
+    def f(a):
+        return vary_like(a * 2, a)
+    return _shard(f, mesh)(_x(mesh))
+
+
+@probe
+def triton_flash_grad_in_shard_map(mesh):
+    """A Triton op's backward inside shard_map: its outputs carry the manual axes (`launch.triton_call`)."""
+    import jax
+    import workbench
+
+    f = _shard(lambda x: workbench.flash_attention(x, x, x, causal=True), mesh)
+    return jax.grad(lambda x: f(x).astype("float32").sum())(_x(mesh, dtype="bfloat16"))
+
+
+@probe
 def cond_on_axis_index(mesh):
     from jax import lax
 
@@ -123,6 +168,14 @@ def reference_ring_grad(mesh):
 
 
 @probe
+def triton_ring_forward(mesh):
+    import workbench
+
+    x = _x(mesh, dtype="bfloat16")
+    return workbench.sharded_ring_attention(x, x, x, mesh=mesh, axis_name="sp", causal=True, layout="zigzag")
+
+
+@probe
 def triton_ring_grad(mesh):
     import jax
     import workbench
@@ -153,7 +206,6 @@ def main() -> int:
         _child(args.child)
         return 0
     env = {**os.environ, "JAX_USE_SHARDY_PARTITIONER": "true" if args.partitioner == "shardy" else "false",
-           "WORKBENCH_RING_SHARDY": "1",  # past the ring's PartitionerError: the crash is what is probed
            "PYTHONPATH": os.pathsep.join(filter(None, (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                        os.environ.get("PYTHONPATH"))))}
     if "--xla_force_host_platform_device_count" not in env.get("XLA_FLAGS", ""):

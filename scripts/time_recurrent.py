@@ -1,6 +1,6 @@
 """GPU timing of `workbench.recurrent` at the target shape, with an optional backward block_k sweep.
 
-A thin wrapper around the harness (`workbench bench`, in `workbench/bench.py`), which does the
+A thin wrapper around the harness (`workbench bench`, in `workbench/bench/`), which does the
 timing, the error check against the reference and the record; this script only adds what the
 harness has no option for: another T, and forward+backward per `Tuning.block_k`.
 

@@ -17,9 +17,9 @@ def start() -> None:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # a GPU shared with the test process
 
 
-OPS = ("recurrent", "chunk_gla", "chunk_kda", "recurrent_kda", "flash_attention", "flash_attention[specialized]")
+OPS = ("recurrent", "chunk_gla", "chunk_kda", "recurrent_kda", "flash_attention", "flash_attention[tma]")
 # bfloat16 ops, whose Triton path and reference differ by bfloat16 roundings, not float32 ones
-BF16_OPS = ("flash_attention[specialized]",)
+BF16_OPS = ("flash_attention[tma]",)
 T, H, K = 40, 1, 16
 
 
@@ -34,11 +34,10 @@ def _problem(op: str, seed: int):
     if op.startswith("flash_attention"):
         from workbench.flash_attention import Tuning
 
-        specialized = op == "flash_attention[specialized]"  # both warp-specialized schedules: bf16 only
-        x = attention_inputs(seed, 1, T, T, H, 1, K, sinks=True, dtype=jnp.bfloat16 if specialized else jnp.float32,
+        tma = op == "flash_attention[tma]"  # K, V read through tensor descriptors (bf16: 16-byte rows)
+        x = attention_inputs(seed, 1, T, T, H, 1, K, sinks=True, dtype=jnp.bfloat16 if tma else jnp.float32,
                              aux_dtype=jnp.float32)
-        tuning = Tuning(forward_schedule="warp_specialized", backward_schedule="warp_specialized") if specialized \
-            else None
+        tuning = Tuning(forward_loads="tma") if tma else None
 
         def fn(x, cu, impl):
             return workbench.flash_attention(x["q"], x["k"], x["v"], sinks=x["sinks"], causal=True, return_lse=True,

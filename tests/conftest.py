@@ -43,9 +43,9 @@ def pytest_collection_modifyitems(config, items):
 # Modules whose tests share one expensive result cached per process, so that under pytest-xdist all of
 # their tests must run on one worker: test_ring.py runs every case in one 8-device subprocess,
 # test_multiprocess.py one pair of jax.distributed processes, test_bounds.py one worker process that
-# compiles each op once.
+# compiles each op once, test_sharding.py every op on 4 host devices in one subprocess.
 SAME_WORKER = ("tests/ring_attention/test_ring.py", "tests/ring_attention/test_multiprocess.py",
-               "tests/test_bounds.py")
+               "tests/test_bounds.py", "tests/test_sharding.py")
 
 
 @pytest.hookimpl(optionalhook=True)

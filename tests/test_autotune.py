@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import triton
 
-from workbench import autotune, launch
+from workbench import _bounds, autotune, launch
 from workbench.recurrent import kernels as recurrent_kernels
 
 AUTOTUNE_PY = Path(autotune.__file__)
@@ -360,7 +360,7 @@ def test_a_stand_in_may_be_a_function_called_only_when_tuning(cache_dir):
 
     def cu():
         calls.append(1)
-        return autotune.equal_split(2, 48)
+        return _bounds.equal_split(2, 48)
 
     traced = lambda *xs: _gpu_call(xs, Launcher(), lambda c, r: float(c.num_warps),  # noqa: E731
                                    tune_inputs={"cu_seqlens": cu})
@@ -370,13 +370,13 @@ def test_a_stand_in_may_be_a_function_called_only_when_tuning(cache_dir):
 
 
 def test_equal_split_is_arange_for_a_fixed_length_batch():
-    assert autotune.equal_split(4, 4 * 40).tolist() == list(range(0, 161, 40))
-    assert autotune.equal_split(3, 10).tolist() == [0, 3, 6, 10] and autotune.equal_split(3, 10).dtype == np.int32
-    assert autotune.equal_split(0, 10).tolist() == [0]
+    assert _bounds.equal_split(4, 4 * 40).tolist() == list(range(0, 161, 40))
+    assert _bounds.equal_split(3, 10).tolist() == [0, 3, 6, 10] and _bounds.equal_split(3, 10).dtype == np.int32
+    assert _bounds.equal_split(0, 10).tolist() == [0]
 
 
 def test_stand_ins_offered_to_every_launch_are_taken_where_the_kernel_has_them():
-    offered = autotune.StandIns(cu_seqlens=CU, bounds=np.zeros((4, 2), np.int32))  # the kernel has no bounds
+    offered = _bounds.StandIns(cu_seqlens=CU, bounds=np.zeros((4, 2), np.int32))  # the kernel has no bounds
     timed = []
     jax.jit(lambda *xs: _gpu_call(xs, Launcher(), lambda c, r: timed.append(c) or 1.0, tune_inputs=offered))(*_arrays())
     assert len(timed) == 3 and autotune.STATS["chosen_tuned"] == 1 and autotune.STATS["fallback"] == 0
@@ -415,7 +415,7 @@ def test_every_op_offers_stand_ins_for_its_traced_bounds(monkeypatch, varlen):
     and recurrent_kda tunes every autotuned kernel ahead on stand-ins (no fallback to jax-triton's autotuning):
     cu_seqlens = arange(B+1)·T for a batch (exact), the equal split for traced cu_seqlens, and the chunk-slot
     table of that split."""
-    from workbench.chunk_gla.reference import chunk_bounds
+    from workbench._bounds import chunk_bounds
 
     launcher, tuned = Launcher(), []
 
@@ -443,11 +443,11 @@ def test_every_op_offers_stand_ins_for_its_traced_bounds(monkeypatch, varlen):
         assert autotune.STATS["fallback"] == 0, name
         assert autotune.STATS["chosen_tuned"] > before and tuned, name
         N = (len(cu) - 1) if cu is not None else arrays[0].shape[0]
-        expected_cu = autotune.equal_split(N, TT)
+        expected_cu = _bounds.equal_split(N, TT)
         if cu is None:
             assert expected_cu.tolist() == list(range(0, TT + 1, TT // N))
         for t in tuned:
-            names = launch._unwrap(t["kernel"])[2].arg_names
+            names = launch.unwrap(t["kernel"])[2].arg_names
             given = dict(zip(names, t["args"]))
             assert not any(isinstance(a, jax.core.Tracer) for a in t["args"]), (name, names)
             if "cu_seqlens" in given:
@@ -606,6 +606,26 @@ def test_a_warp_specialized_kernel_is_launched_with_all_its_warps(monkeypatch, c
     autotune.KernelCache(same, autotune.cache_dir, versions).install()
     built = _get(same, num_warps=4)[0]
     assert built[1][1] == 4 and len(built[1]) == 7
+
+
+@pytest.mark.parametrize("mode", ["on", "off", "refresh"])
+def test_every_gpu_launch_goes_through_the_kernel_cache_whatever_the_mode(monkeypatch, mode):
+    """The kernel cache is what launches a kernel with its global scratch and all its warps: a launch with
+    WORKBENCH_AUTOTUNE=off that bypassed it read TMA descriptors from address 0 and launched warp-specialized
+    kernels with a third of their threads (CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_INVALID_VALUE on an H100)."""
+    lib = FakeTritonLib()
+    launched = []
+    stub = types.ModuleType("jax_triton")
+    stub.triton_lib = lib
+    stub.triton_call = lambda *args, **kwargs: launched.append(kwargs["kernel"]) or ["out"]
+    monkeypatch.setitem(sys.modules, "jax_triton", stub)
+    monkeypatch.setattr(autotune, "_KERNEL_CACHE", None)
+    monkeypatch.setenv(autotune.MODE_VAR, mode)
+    plain = object()  # not autotuned: launched as it is
+    out = autotune.call([], kernel=plain, out_shapes=[], grid=(1,), name="", zeroed_outputs=(),
+                        input_output_aliases=None, num_warps=4, num_stages=2, metaparams={})
+    assert out == ["out"] and launched == [plain]
+    assert lib.get_or_create_triton_kernel == autotune._KERNEL_CACHE.get_or_create_cached
 
 
 def test_the_kernel_cache_steps_aside_when_off_or_dumping(monkeypatch, cache_dir):

@@ -271,7 +271,7 @@ def test_a_run_cut_short_leaves_a_partial_record(tmp_path, monkeypatch, no_fla, 
             return dataclasses.replace(calls, forward=lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
         return calls
 
-    monkeypatch.setattr(bench, "jax_calls", failing_reference)
+    monkeypatch.setattr(bench.harness, "jax_calls", failing_reference)
     with pytest.raises(KeyboardInterrupt):
         _bench(tmp_path)
     assert _records(tmp_path) == []
@@ -280,7 +280,7 @@ def test_a_run_cut_short_leaves_a_partial_record(tmp_path, monkeypatch, no_fla, 
     assert record["complete"] is False
     assert {r["implementation"] for r in record["results"]} == {"triton"}
 
-    monkeypatch.setattr(bench, "jax_calls", real)
+    monkeypatch.setattr(bench.harness, "jax_calls", real)
     assert _bench(tmp_path) == 0
     (done,) = _records(tmp_path)
     assert json.loads(done.read_text())["complete"] is True
@@ -290,7 +290,7 @@ def test_a_run_cut_short_leaves_a_partial_record(tmp_path, monkeypatch, no_fla, 
 def test_runs_in_the_same_second_keep_separate_records(tmp_path, monkeypatch, no_fla, no_ejkernel):
     """A run cut short and the next run started within the same second must not share a record name: the second
     would overwrite the first's partial record and then remove it when it completes."""
-    monkeypatch.setattr(bench, "stamp_now", lambda: "20261125T000000Z")
+    monkeypatch.setattr(bench.records, "stamp_now", lambda: "20261125T000000Z")
     real = bench.jax_calls
 
     def failing_reference(op, implementation, *args, **kwargs):
@@ -299,10 +299,10 @@ def test_runs_in_the_same_second_keep_separate_records(tmp_path, monkeypatch, no
             return dataclasses.replace(calls, forward=lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
         return calls
 
-    monkeypatch.setattr(bench, "jax_calls", failing_reference)
+    monkeypatch.setattr(bench.harness, "jax_calls", failing_reference)
     with pytest.raises(KeyboardInterrupt):
         _bench(tmp_path)
-    monkeypatch.setattr(bench, "jax_calls", real)
+    monkeypatch.setattr(bench.harness, "jax_calls", real)
     assert _bench(tmp_path) == 0
     assert _bench(tmp_path) == 0
     assert [p.name for p in _records(tmp_path)] == ["recurrent-20261125T000000Z-2.json",
@@ -345,7 +345,7 @@ def test_running_out_of_memory_is_recorded_and_the_run_goes_on(monkeypatch, no_f
 
         return dataclasses.replace(calls, forward_backward=fails)
 
-    monkeypatch.setattr(bench, "jax_calls", jax_calls)
+    monkeypatch.setattr(bench.harness, "jax_calls", jax_calls)
     record = bench.run("recurrent", "tiny", iters=1, peers=True)
     (skip,) = record["skipped"]
     assert skip["implementation"] == "reference" and skip["reason"].startswith("out of memory: RuntimeError: RESOURCE")
@@ -390,7 +390,7 @@ needs_ejkernel = pytest.mark.skipif(importlib.util.find_spec("ejkernel") is None
 
 def _peer_against_reference(op_name, peer, shape):
     """Forward+backward errors of a peer setup against the reference on the harness's inputs and cotangents."""
-    bench._import_peer("ejkernel")
+    bench.peers.import_peer("ejkernel")
     op = bench.OPS[op_name]
     inputs = op.inputs(shape, jax.numpy.dtype(op.dtype), 0)
     outputs = jax.eval_shape(bench.jax_calls(op, "reference", inputs, []).forward)
@@ -399,7 +399,7 @@ def _peer_against_reference(op_name, peer, shape):
     want = reference.to_numpy(reference.forward_backward())
     calls = (next(p for p in op.peers if p.name == peer).setup if isinstance(peer, str) else peer)(inputs, cotangents)
     got = calls.to_numpy(calls.forward_backward())
-    return bench._errors(op.names, got, want)
+    return bench.output_errors(op.names, got, want)
 
 
 @needs_ejkernel
@@ -424,9 +424,9 @@ def test_ejkernel_recurrent_needs_the_scale_passed():
     def unscaled(inputs, cotangents):
         from ejkernel.kernels._triton.recurrent import recurrent
 
-        return bench._jax_peer_calls(lambda p: tuple(recurrent(p["q"], p["k"], p["v"], gk=p["gk"])),
+        return bench.peers.jax_peer_calls(lambda p: tuple(recurrent(p["q"], p["k"], p["v"], gk=p["gk"])),
                                      {n: inputs[n] for n in ("q", "k", "v", "gk")}, cotangents,
-                                     bench._EJKERNEL_RECURRENT_LAUNCH)
+                                     bench.peers.EJKERNEL_RECURRENT_LAUNCH)
 
     errors = _peer_against_reference("recurrent", unscaled, dict(B=1, T=16, H=2, K=8, V=8))
     assert errors["o"]["rms_rel"] > bench.WRONG_RMS_REL["bfloat16"]
@@ -458,7 +458,7 @@ print(mark + json.dumps({"done": True, "stats": {"chosen_disk" if found else "ch
 
 def test_first_call_times_a_cold_then_a_cached_process_sharing_one_cache(monkeypatch):
     monkeypatch.setenv("WORKBENCH_AUTOTUNE", "off")  # the mode is set for the children whatever the caller has
-    n = len(bench.FLASH_ATTENTION.shape_sets["tiny"])
+    n = len(bench.OPS["flash_attention"].shape_sets["tiny"])
     record = bench.first_call("flash_attention", "tiny", command="x",
                               child=[sys.executable, "-c", STUB_CHILD, str(n)])
     assert FIRST_CALL_KEYS <= set(record) and record["op"] == "flash_attention" and record["shape_set"] == "tiny"

@@ -1,10 +1,15 @@
-"""Sequence bounds that cannot leave the buffers: the rule every op applies to `cu_seqlens`.
+"""Sequence bounds in one place: the packing, clamping and chunk-slot rules every op and reference uses.
 
 API.md ("Sequence bounds") states it: concrete bounds are checked when the op is traced
 (`_checks.cu_seqlens`, a ValueError); traced ones are made valid, on the Triton and the reference
 path alike, by clamping every entry into [0, total] and taking the running maximum. Rows outside
 every sequence then get zero output and zero gradient. Under `jax.experimental.checkify` an invalid
 traced bound raises instead.
+
+Also here, because every family needs them and none owns them: the chunk-slot table of the chunked
+ops (`chunk_slots`, `chunk_bounds`) and the concrete stand-ins the GPU autotuner may time kernels on
+while an op's bounds are traced (`stand_ins`, `StandIns`, `equal_split`; docs/autotune.md). This
+module imports no family and nothing of the launcher.
 """
 
 from __future__ import annotations
@@ -13,8 +18,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
-
-from .autotune import StandIns, equal_split
 
 
 def bounds_rule(cu, total: int):
@@ -87,6 +90,48 @@ def packed_rows(cu, total: int):
     return seq, first, last, inside
 
 
+def chunk_slots(cu_seqlens, total: int, chunk_size: int):
+    """Where every chunk of every packed sequence lives: `(start, end, seq, first, last)`, each [NS].
+
+    Sequence n's chunk c gets slot `cu[n] // chunk_size + n + c`. Slots never collide (the next
+    sequence's first slot is at least one past this one's last), there are at most
+    NS = total // chunk_size + N + 1 of them, and unused slots have start = end (no rows). The
+    kernels use the same slots, for their grids and for the per-chunk states. `cu_seqlens` may be
+    traced; `total` (the packed length) and `chunk_size` are static.
+    """
+    cu = cu_seqlens.astype(jnp.int32)
+    N = cu.shape[0] - 1
+    NS = total // chunk_size + N + 1
+    lengths = cu[1:] - cu[:-1]
+    first_slot = cu[:-1] // chunk_size + jnp.arange(N, dtype=jnp.int32)  # strictly increasing
+    n_chunks = (lengths + chunk_size - 1) // chunk_size
+    slots = jnp.arange(NS, dtype=jnp.int32)
+    seq = jnp.clip(jnp.searchsorted(first_slot, slots, side="right").astype(jnp.int32) - 1, 0, N - 1)
+    c = slots - first_slot[seq]
+    used = (c >= 0) & (c < n_chunks[seq])
+    start = jnp.where(used, cu[seq] + c * chunk_size, 0)
+    end = jnp.where(used, jnp.minimum(start + chunk_size, cu[seq + 1]), 0)
+    return start, end, seq, used & (c == 0), used & (c == n_chunks[seq] - 1)
+
+
+def chunk_bounds(cu_seqlens, total: int, chunk_size: int):
+    """The kernels' slot table: int32 `[NS, 2]`, row `slot` = (start, end) of `chunk_slots`."""
+    start, end, *_ = chunk_slots(cu_seqlens, total, chunk_size)
+    return jnp.stack([start, end], axis=-1)
+
+
+class StandIns(dict):
+    """Stand-ins offered to every launch of an op (e.g. its `cu_seqlens` and chunk-slot `bounds`):
+    each launch uses those its kernel takes and skips the rest, where a plain dict given as
+    `tune_inputs` must name arguments of the kernel (a `ValueError` otherwise)."""
+
+
+def equal_split(n_sequences: int, total: int):
+    """The usual stand-in for traced `cu_seqlens` (int32 [N+1]): `total` packed rows split into N
+    sequences as equal as integers allow. For a fixed-length batch it is the exact `arange(B+1)·T`."""
+    return (np.arange(n_sequences + 1, dtype=np.int64) * total // max(n_sequences, 1)).astype(np.int32)
+
+
 def stand_ins(N: int, total: int, chunk_size: int | None = None) -> StandIns:
     """Concrete bounds the GPU autotuner may time an op's kernels on while the real ones are traced
     (docs/autotune.md): `cu_seqlens` = `total` packed rows in N equal sequences — exactly
@@ -98,8 +143,6 @@ def stand_ins(N: int, total: int, chunk_size: int | None = None) -> StandIns:
     offered = StandIns(cu_seqlens=cu)
     if chunk_size is not None:
         def bounds():
-            from .chunk_gla.reference import chunk_bounds
-
             with jax.ensure_compile_time_eval():
                 return np.asarray(chunk_bounds(jnp.asarray(cu()), total, chunk_size))
 

@@ -68,3 +68,39 @@ def cu_seqlens(cu, batch: int, total_t: int, shapes: str):
             f"cu_seqlens: last entry must equal the packed length {total_t} of {shapes}, got {values.tolist()}"
         )
 
+
+def linear_attention(q, k, v, g, g_gamma, gk, gv, scale, initial_state, cu, impl) -> int:
+    """Validate the inputs every linear-attention op shares (q, k [B, T, H, K], v [B, T, H, V], the optional
+    gates, scale, initial state [N, H, K, V], cu_seqlens `cu`); return N, the number of sequences."""
+    dtypes = float_dtypes(impl)
+    array("q", q, 4, dtypes, "[B, T, H, K]")
+    B, T, H, K = q.shape
+    shapes = f"q {tuple(q.shape)}"
+    array("k", k, 4, dtypes, "[B, T, H, K]")
+    shape("k", k, q.shape, "[B, T, H, K]", f"must match {shapes}")
+    array("v", v, 4, dtypes, "[B, T, H, V]")
+    if tuple(v.shape[:3]) != (B, T, H):
+        raise ValueError(f"v: expected shape [B, T, H, V] with B, T, H = {(B, T, H)} from {shapes}, "
+                         f"got {tuple(v.shape)}")
+    V = v.shape[-1]
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v: must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if impl == "triton" and max(K, V) > 256:
+        raise ValueError(f"q, v: the Triton kernels support K, V ≤ 256, got K={K}, V={V}")
+    for name, x, expected, doc in (("g", g, (B, T, H), "[B, T, H]"), ("gk", gk, (B, T, H, K), "[B, T, H, K]"),
+                                   ("gv", gv, (B, T, H, V), "[B, T, H, V]"), ("g_gamma", g_gamma, (H,), "[H]")):
+        if x is not None:
+            array(name, x, len(expected), REFERENCE_DTYPES if impl == "reference"
+                          else KERNEL_DTYPES, doc)
+            shape(name, x, expected, doc, f"from {shapes}, v {tuple(v.shape)}")
+    positive_scale(scale)
+    if cu is not None:
+        cu_seqlens(cu, B, T, f"{shapes}")
+        N = cu.shape[0] - 1
+    else:
+        N = B
+    if initial_state is not None:
+        array("initial_state", initial_state, 4, REFERENCE_DTYPES, "[N, H, K, V]")
+        shape("initial_state", initial_state, (N, H, K, V), "[N, H, K, V]",
+                      f"N={N} {'sequences in cu_seqlens' if cu is not None else 'batch'}")
+    return N

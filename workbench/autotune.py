@@ -318,7 +318,8 @@ def _original_prune(tuner):
     return tuner._workbench_early_config_prune
 
 
-def _is_array(a: Any) -> bool:
+def is_array(a: Any) -> bool:
+    """Whether `a` is an array or abstract array (shape and dtype), not a Python scalar."""
     return hasattr(a, "shape") and hasattr(a, "dtype") and not isinstance(a, (bool, int, float))
 
 
@@ -372,11 +373,11 @@ def plan(kernel, args: Sequence[Any], out_shapes: Sequence[Any], metaparams: Map
     import jax
 
     tuner, rules, fn = _unwrap(kernel)
-    values = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) if _is_array(a) else a for a in args]
+    values = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) if is_array(a) else a for a in args]
     named = dict(zip(fn.arg_names, [*values, *out_shapes]))
     configs = candidates(tuner, named, metaparams)
     arrays = [[name, str(v.dtype), "given" if math.prod(v.shape) else "empty"]
-              for name, v in zip(fn.arg_names, values) if _is_array(v)]
+              for name, v in zip(fn.arg_names, values) if is_array(v)]
     key = tuning_key(kernel=function_name(fn), source=source_hash(fn), candidates=configs,
                      key_values=key_values(tuner, rules, named, metaparams), arrays=arrays, device=device,
                      versions=versions)
@@ -426,7 +427,7 @@ def tuning_inputs(args: Sequence[Any], arg_names: Sequence[str], tune_inputs: Ma
     given = dict(tune_inputs or {})
     out, missing = [], []
     for i, (name, a) in enumerate(zip(arg_names, args)):
-        if not _is_array(a):
+        if not is_array(a):
             out.append(a)
         elif name in given:
             value = np.asarray(given[name]() if callable(given[name]) else given[name])
@@ -443,20 +444,6 @@ def tuning_inputs(args: Sequence[Any], arg_names: Sequence[str], tune_inputs: Ma
         else:
             missing.append(name)
     return (None if missing else out), missing
-
-
-class StandIns(dict):
-    """Stand-ins offered to every launch of an op (e.g. its `cu_seqlens` and chunk-slot `bounds`):
-    each launch uses those its kernel takes and skips the rest, where a plain dict given as
-    `tune_inputs` must name arguments of the kernel (a `ValueError` otherwise)."""
-
-
-def equal_split(n_sequences: int, total: int):
-    """The usual stand-in for traced `cu_seqlens` (int32 [N+1]): `total` packed rows split into N
-    sequences as equal as integers allow. For a fixed-length batch it is the exact `arange(B+1)·T`."""
-    import numpy as np
-
-    return (np.arange(n_sequences + 1, dtype=np.int64) * total // max(n_sequences, 1)).astype(np.int32)
 
 
 def time_on_device(run: Callable[[], Any]) -> float:
@@ -490,12 +477,15 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
     """
     from triton.runtime.autotuner import Autotuner
 
+    from ._bounds import StandIns  # here, not at the top: tests load this file alone, without the package
+
     if launch is None:
         import jax_triton
 
         launch = jax_triton.triton_call
-        if mode() != "off":
-            install_kernel_cache()
+        # whatever the mode: with WORKBENCH_AUTOTUNE=off the cache keeps no files, but it still builds the
+        # kernels that need global scratch or more warps than asked (jax-triton 0.3.1 drops both)
+        install_kernel_cache()
     common = dict(out_shape=out_shapes, grid=grid, name=name, zeroed_outputs=zeroed_outputs,
                   input_output_aliases=input_output_aliases)
     current = mode()

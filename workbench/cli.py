@@ -16,7 +16,8 @@ from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # reports are written headless
 
-from . import bench, bench_ring, verify  # noqa: E402  (imports workbench first: compiled vs interpreted Triton)
+from . import bench, verify  # noqa: E402  (imports workbench first: compiled vs interpreted Triton)
+from .bench import ring as bench_ring  # noqa: E402
 
 
 def _verify_parser(subparsers) -> None:
@@ -34,12 +35,15 @@ def _verify_parser(subparsers) -> None:
     p.add_argument("--quick", action="store_true", help="one or two tiny cases per op (smoke test)")
     p.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
     p.add_argument("--dtype", action="append", choices=verify.DTYPES, help="only this dtype (repeatable)")
+    p.add_argument("--module", action="append", default=[], metavar="MODULE",
+                   help="also run the VERIFY_CASES (workbench.verify.CheckCase) of this importable module, e.g. "
+                        "my_pkg.my_op (repeatable; with --module and no --op, only the modules run)")
     p.set_defaults(run=_verify)
 
 
 def _verify(args: argparse.Namespace, command: str) -> int:
     report = verify.run(args.op, implementation=args.implementation, dtypes=args.dtype or verify.DTYPES,
-                        quick=args.quick, cases=args.case)
+                        quick=args.quick, cases=args.case, modules=args.module)
     print(verify.table(report.rows))
     out = args.out or verify.default_out_dir()
     figures = verify.write(report, out, command)
@@ -65,7 +69,7 @@ def _bench_parser(subparsers) -> None:
                     "per run. On a CPU only the tiny shape sets run (interpreted, timings meaningless).")
     p.add_argument("--op", choices=sorted([*bench.OPS, "ring_attention"]), default="recurrent",
                    help="op to time (default recurrent); ring_attention: weak scaling over the visible devices "
-                        "(workbench/bench_ring.py; --peers and --implementations do not apply)")
+                        "(workbench/bench/ring.py; --peers and --implementations do not apply)")
     p.add_argument("--peers", action="store_true", help="also time installed peers (others recorded as absent)")
     p.add_argument("--shapes", default="target", metavar="NAME",
                    help="shape set: " + "; ".join(f"{op}: {', '.join(spec.shape_sets)}"

@@ -32,8 +32,6 @@ from typing import Any
 
 TARGET = ("cuda", 90, 32)  # Hopper: compute capability 9.0, warp size 32
 
-_RECORDING: list[dict[str, Any]] | None = None
-_ALL_CONFIGS = False
 
 _POINTER = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64", "int8": "i8",
             "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint32": "u32", "uint64": "u64",
@@ -44,14 +42,13 @@ _POINTER = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64":
 def record(all_configs: bool = False) -> Iterator[list[dict[str, Any]]]:
     """Collect the compile specs of every `triton_call` traced inside the block (interpreter path): for an
     autotuned kernel the candidates the GPU autotuner would time, or with `all_configs` every config
-    that agrees with the call's meta-parameters (the kernel's pruning skipped)."""
-    global _RECORDING, _ALL_CONFIGS
-    previous = _RECORDING, _ALL_CONFIGS
-    _RECORDING, _ALL_CONFIGS = [], all_configs
-    try:
-        yield _RECORDING
-    finally:
-        _RECORDING, _ALL_CONFIGS = previous
+    that agrees with the call's meta-parameters (the kernel's pruning skipped). It observes the launcher
+    (`launch.observing`)."""
+    from . import launch
+
+    specs: list[dict[str, Any]] = []
+    with launch.observing(lambda seen: specs.extend(launch_specs(seen, all_configs))):
+        yield specs
 
 
 def _kernel_address(kernel, fn) -> tuple[str, str]:
@@ -86,27 +83,27 @@ def _scalar_type(value: Any) -> str:
     raise TypeError(f"compile_check: cannot type scalar argument {value!r}")
 
 
-def note_launch(kernel, args: Sequence[Any], out_shapes: Sequence[Any], metaparams: Mapping[str, Any],
-                num_warps: int | None, num_stages: int | None) -> None:
-    """Called by `launch.triton_call` on the interpreter path: record one spec per candidate config."""
-    if _RECORDING is None:
-        return
+def launch_specs(seen, all_configs: bool = False) -> list[dict[str, Any]]:
+    """The compile specs of one launch (`launch.Launch`): one per candidate config (see `record`)."""
     import jax
     from triton.runtime.autotuner import Autotuner
 
     from . import autotune, launch
 
-    tuner, rules, fn = launch._unwrap(kernel)
-    values = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) if autotune._is_array(a) else a for a in args]
+    kernel, args, out_shapes, metaparams = seen.kernel, seen.args, seen.out_shapes, seen.metaparams
+    num_warps, num_stages = seen.num_warps, seen.num_stages
+    tuner, rules, fn = launch.unwrap(kernel)
+    values = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) if autotune.is_array(a) else a for a in args]
     named = dict(zip(fn.arg_names, [*values, *out_shapes]))
     if not isinstance(tuner, Autotuner):
         configs = [None]
-    elif _ALL_CONFIGS:
+    elif all_configs:
         configs = [c for c in tuner.configs if all(c.kwargs.get(k, v) == v for k, v in metaparams.items())]
     else:
         configs = autotune.candidates(tuner, named, metaparams)
     module, attribute = _kernel_address(kernel, fn)
     constexpr_names = _constexpr_names(fn)
+    specs = []
     for config in configs:
         meta = {**metaparams, **(config.kwargs if config is not None else {})}
         scope = {**named, **meta}
@@ -120,14 +117,15 @@ def note_launch(kernel, args: Sequence[Any], out_shapes: Sequence[Any], metapara
                     raise ValueError(f"compile_check: {attribute}: no value for constexpr {name}")
                 value = scope[name]
                 signature[name], constexprs[name] = "constexpr", value
-            elif name in named and autotune._is_array(named[name]):
+            elif name in named and autotune.is_array(named[name]):
                 signature[name] = "*" + _POINTER[jax.numpy.dtype(named[name].dtype).name]
             else:
                 signature[name] = _scalar_type(scope[name])
         warps = config.num_warps if config is not None else (num_warps or 4)
         stages = config.num_stages if config is not None else (num_stages or 3)
-        _RECORDING.append({"module": module, "kernel": attribute, "signature": signature,
-                           "constexprs": constexprs, "num_warps": warps, "num_stages": stages})
+        specs.append({"module": module, "kernel": attribute, "signature": signature,
+                      "constexprs": constexprs, "num_warps": warps, "num_stages": stages})
+    return specs
 
 
 def distinct(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -217,16 +215,6 @@ def _resources(spec: Mapping[str, Any]) -> dict[str, Any]:
             **{op: ops.count(op) for op in _SASS_COUNTS}}
 
 
-def _specialization(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """Whether Triton warp-specialized the kernel (a `ttg.warp_specialize` op in its TTGIR, compiled up to that
-    stage) and the warps it then runs: the kernel's own plus each partition's `num_warps(n)`."""
-    import re
-
-    text = str(_compile_one(spec, "ttgir"))
-    partitions = [int(n) for n in re.findall(r"partition\d+\([^{]*?\) num_warps\((\d+)\)", text, flags=re.S)]
-    return {"warp_specialized": "ttg.warp_specialize" in text, "warps": spec["num_warps"] + sum(partitions)}
-
-
 def _child(path: str, last: str) -> int:
     """Compile every spec of the JSON file to stage `last`; one JSON line per failure, then a summary."""
     specs = json.loads(open(path).read())
@@ -236,8 +224,6 @@ def _child(path: str, last: str) -> int:
         try:
             if last == "resources":
                 print(json.dumps({"spec": spec, "resources": _resources(spec)}, default=repr), flush=True)
-            elif last == "specialization":
-                print(json.dumps({"spec": spec, "specialization": _specialization(spec)}, default=repr), flush=True)
             else:
                 _compile_one(spec, last)
         except Exception as exc:  # noqa: BLE001 - every failure is reported, not raised
@@ -253,14 +239,13 @@ def compile_all(specs: Sequence[Mapping[str, Any]], *, last: str = "cubin", work
     """Compile the distinct specs for sm_90 up to stage `last` (STAGES) in `workers` child processes
     (compiled Triton, no GPU needed).
 
-    `last="resources"` compiles to a cubin and adds each spec's `_resources` under "resources";
-    `last="specialization"` compiles to TTGIR and adds each spec's `_specialization` under "specialization".
+    `last="resources"` compiles to a cubin and adds each spec's `_resources` under "resources".
     Returns {"compiled": n, "failed": [{"spec", "error"}, ...], "resources": [{"spec", "resources"}, ...],
-    "specialization": [{"spec", "specialization"}, ...], "seconds": wall}."""
+    "seconds": wall}."""
     import tempfile
 
-    if last not in (*STAGES, "resources", "specialization"):
-        raise ValueError(f"last: expected one of {', '.join(STAGES)}, resources or specialization, got {last!r}")
+    if last not in (*STAGES, "resources"):
+        raise ValueError(f"last: expected one of {', '.join(STAGES)} or resources, got {last!r}")
     specs = distinct(specs)
     folder = folder or tempfile.mkdtemp(prefix="workbench-compile-check-")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -277,7 +262,7 @@ def compile_all(specs: Sequence[Mapping[str, Any]], *, last: str = "cubin", work
             json.dump(part, f)
         procs.append(subprocess.Popen([sys.executable, "-m", "workbench.compile_check", path, last], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    failures, compiled, resources, specialization = [], 0, [], []
+    failures, compiled, resources = [], 0, []
     for proc in procs:
         try:
             out, err = proc.communicate(timeout=max(1.0, timeout - (time.perf_counter() - start)))
@@ -291,9 +276,8 @@ def compile_all(specs: Sequence[Mapping[str, Any]], *, last: str = "cubin", work
                                f"{err[-4000:]}")
         failures += [line for line in lines[:-1] if "error" in line]
         resources += [line for line in lines[:-1] if "resources" in line]
-        specialization += [line for line in lines[:-1] if "specialization" in line]
         compiled += lines[-1]["compiled"]
-    return {"compiled": compiled, "failed": failures, "resources": resources, "specialization": specialization,
+    return {"compiled": compiled, "failed": failures, "resources": resources,
             "seconds": round(time.perf_counter() - start, 1)}
 
 

@@ -18,11 +18,16 @@ On a machine without a CUDA GPU the *same* `@triton.jit` source runs in Triton's
 `None` arguments travel as `ABSENT`-shaped placeholders (a zero-length int8 array), and
 `given(name)` builds the `triton.heuristics` entry that tells a kernel whether an optional input
 was passed: on both paths the heuristic sees the same thing.
+
+Whoever wants to see launches (the sm_90 compile check, launch counters in tests) registers an
+observer with `observing(...)`: the launcher calls it with each `Launch` it receives on the
+interpreter path and knows nothing of who listens.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import threading
@@ -30,7 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _backend  # first: sets TRITON_INTERPRET before triton is imported
-from . import compile_check
+from ._sharding import vary_like
 
 import jax
 import jax.numpy as jnp
@@ -271,6 +276,12 @@ if INTERPRET:
     _patch_interpreter_address_checks()
 
 
+def sm_count() -> int:
+    """Multiprocessors of the first device (its `core_count` on a GPU); 132 (an H100 or H200) elsewhere, so the
+    interpreter chooses work splits as the GPU we tune for would."""
+    return int(getattr(jax.devices()[0], "core_count", 0) or 132)
+
+
 # ----------------------------------------------------------------------------- optional inputs
 
 ABSENT_SHAPE = (0,)
@@ -326,6 +337,37 @@ def interpreter_config(kernel: Autotuner, index: int):
                 _CONFIG_CHOICE[id(kernel)] = previous
 
 
+# ----------------------------------------------------------------------------- observers
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """One `triton_call` as the launcher receives it: the kernel (autotuner and heuristics included), its
+    arguments (arrays possibly traced; `None` already replaced by `absent()`), output shapes, meta-parameters,
+    and the warps and stages the caller asked for (None: the config's or Triton's default)."""
+
+    kernel: Any
+    args: tuple
+    out_shapes: tuple
+    metaparams: dict
+    num_warps: int | None
+    num_stages: int | None
+
+
+_OBSERVERS: list[Callable[[Launch], None]] = []
+
+
+@contextlib.contextmanager
+def observing(observer: Callable[[Launch], None]):
+    """Call `observer(launch)` for every `triton_call` made on the interpreter path while the block is open,
+    when the call is traced and before its kernel runs. Observers nest; an exception from one propagates."""
+    _OBSERVERS.append(observer)
+    try:
+        yield observer
+    finally:
+        _OBSERVERS.remove(observer)
+
+
 # ----------------------------------------------------------------------------- public entry point
 
 
@@ -357,7 +399,10 @@ def triton_call(
     out_shapes = [out_shape] if single else list(out_shape)
     out_shapes = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in out_shapes]
     if INTERPRET:
-        compile_check.note_launch(kernel, args, out_shapes, metaparams, num_warps, num_stages)
+        if _OBSERVERS:
+            seen = Launch(kernel, args, tuple(out_shapes), dict(metaparams), num_warps, num_stages)
+            for observer in list(_OBSERVERS):
+                observer(seen)
         outs = _interpreted_call(
             args, kernel, out_shapes, grid, zeroed_outputs, input_output_aliases or {}, metaparams
         )
@@ -377,18 +422,31 @@ def triton_call(
             metaparams=metaparams,
             tune_inputs=tune_inputs,
         )
+    outs = _varying_like(outs, args)
     return outs[0] if single else list(outs)
+
+
+def _varying_like(outs, args):
+    """Outputs that vary over every manual axis some array argument varies over.
+
+    A custom call's (and a host callback's) outputs come back with no varying manual axes, even inside
+    `jax.shard_map` over inputs that vary across the devices; a custom VJP then refuses gradients whose
+    type lacks the axes of its primal inputs. The kernel computed each device's own outputs, so they vary
+    as its inputs do (`_sharding.vary_like`: a type change, no data moves)."""
+    arrays = [a for a in args if is_array(a)]
+    return [vary_like(o, *arrays) for o in outs]
 
 
 # ----------------------------------------------------------------------------- interpreter path
 
 
-def _is_array(a: Any) -> bool:
+def is_array(a: Any) -> bool:
+    """Whether a kernel argument is an array (concrete or traced) rather than a scalar."""
     return isinstance(a, (jax.Array, np.ndarray)) or hasattr(a, "aval")
 
 
 def _interpreted_call(args, kernel, out_shapes, grid, zeroed_outputs, aliases, metaparams):
-    array_pos = [i for i, a in enumerate(args) if _is_array(a)]
+    array_pos = [i for i, a in enumerate(args) if is_array(a)]
     arrays = [jnp.asarray(args[i]) for i in array_pos]
     run = functools.partial(
         _run_interpreted,
@@ -405,7 +463,7 @@ def _interpreted_call(args, kernel, out_shapes, grid, zeroed_outputs, aliases, m
     return jax.pure_callback(run, out_shapes, *arrays, vmap_method="sequential")
 
 
-def _unwrap(kernel):
+def unwrap(kernel):
     """Split an autotune/heuristics stack into (autotuner or None, heuristics list, jit function)."""
     tuner = kernel if isinstance(kernel, Autotuner) else None
     fn = kernel.fn if tuner is not None else kernel
@@ -471,7 +529,7 @@ def _fresh_output(shape, dtype, zero: bool):
 def _run_interpreted(*arrays, kernel, n_args, array_pos, scalars, out_shapes, grid, zeroed_outputs,
                      aliases, metaparams):
     global _CHECKED
-    tuner, heuristics, fn = _unwrap(kernel)
+    tuner, heuristics, fn = unwrap(kernel)
     call_args = [None] * n_args
     for pos, arr in zip(array_pos, arrays):
         call_args[pos] = _to_torch(np.asarray(arr))

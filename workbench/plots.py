@@ -16,9 +16,10 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .testing import Comparison
+from .testing import Comparison, Report
 
-__all__ = ["error_bars", "error_map", "error_growth", "mask_grid", "block_grid", "grouped_bars", "step_lines"]
+__all__ = ["report_errors", "error_bars", "error_map", "error_growth", "mask_grid", "block_grid", "grouped_bars",
+           "step_lines"]
 
 KERNEL_COLOR = "tab:blue"
 REFERENCE_COLOR = "tab:orange"
@@ -68,6 +69,34 @@ def error_bars(comparisons: Sequence[Comparison], title: str = "") -> Figure:
     ax.set_title(title)
     ax.grid(axis="y", which="major", alpha=0.3)
     return fig
+
+
+def report_errors(reports: Report | Sequence[Report], x: Sequence[float] | None = None, *, xlabel: str = "T",
+                  names: Sequence[str] | None = None, title: str = "", logx: bool = False) -> Figure:
+    """The error figure of `testing.check` results: for one `Report`, kernel and reference error of every
+    output and gradient with its tolerance (`error_bars`); for a list of reports made along a sweep (T, a
+    gate strength, a head size, …) with their `x` values, each one's error against x, kernel solid,
+    reference dashed, tolerance dotted (`error_growth`). `names` picks the outputs and gradients to draw
+    (default all); a report over budget anywhere is titled so."""
+    if isinstance(reports, Report):
+        comparisons = [c for c in reports.comparisons if names is None or c.name in names]
+        return error_bars(comparisons, title or reports.title)
+    reports = list(reports)
+    if x is None or len(x) != len(reports):
+        raise ValueError(f"x: expected one value per report ({len(reports)}), got "
+                         f"{'None' if x is None else len(x)}")
+    names = list(names) if names is not None else list(reports[0].names)
+    for r in reports:
+        missing = [n for n in names if n not in r.names]
+        if missing:
+            raise ValueError(f"reports: {r.title or 'a report'} has no {', '.join(missing)} "
+                             f"(it has {', '.join(r.names)})")
+    series = lambda field: {n: [getattr(r[n], field) for r in reports] for n in names}  # noqa: E731
+    failed = [xi for xi, r in zip(x, reports) if not all(r[n].ok for n in names)]
+    if failed:
+        title = f"{title} — over budget at {xlabel} = {', '.join(map(str, failed))}".lstrip(" —")
+    return error_growth(x, series("kernel_err"), series("reference_err"), xlabel=xlabel, title=title,
+                        tolerance=series("tolerance"), logx=logx)
 
 
 def _position_by_head(x) -> np.ndarray:

@@ -1,17 +1,27 @@
-"""Hypothesis strategies shared by every kernel family, and the `ci` / `dev` profiles.
+"""Hypothesis strategies for kernel tests (shapes, dtypes, log-gates, sequence bounds), and the `ci` / `dev` profiles.
 
 Sizes come from short lists (each new shape retraces and, on CPU, re-interprets), always including
 sizes that do not fill a block. Arrays are generated from a drawn integer seed, so one number in a
-failure report reproduces the inputs.
+failure report reproduces the inputs. Needs `hypothesis` (the `test` extra).
+
+    from hypothesis import given
+    from workbench import strategies
+
+    @given(strategies.shapes(T=strategies.seq_lens, H=strategies.heads, D=strategies.head_dims),
+           strategies.seeds, strategies.gate_strengths)
+    def test_my_kernel(shape, seed, strength): ...
 """
 
 from __future__ import annotations
 
 import os
 
+import jax
 import jax.numpy as jnp
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
+
+from . import testing
 
 settings.register_profile(
     "ci", max_examples=6, deadline=None, derandomize=True, print_blob=True,
@@ -83,3 +93,24 @@ def any_bounds(draw, total: int, lengths=(3,)):
     valid = st.lists(st.integers(0, total), min_size=length - 2, max_size=length - 2).map(
         lambda inner: [0, *sorted(inner), total])
     return draw(st.one_of(anything, valid))
+
+
+@st.composite
+def shapes(draw, **dims):
+    """A dict of named sizes, each drawn from its strategy (or fixed, given an int):
+    `shapes(B=batches, T=seq_lens, H=heads, D=head_dims)` → e.g. `{"B": 1, "T": 33, "H": 2, "D": 12}`."""
+    return {name: value if isinstance(value, int) else draw(value) for name, value in dims.items()}
+
+
+@st.composite
+def arrays(draw, shape, dtype=jnp.float32, scale: float = 1.0):
+    """A normal array of `shape` and `dtype` (standard deviation `scale`) from a drawn seed (`testing.normal`)."""
+    return testing.normal(jax.random.key(draw(seeds)), tuple(shape), dtype, scale)
+
+
+@st.composite
+def log_gates(draw, shape, strength=gate_strengths, dtype=jnp.float32):
+    """Natural-log decays ≤ 0 of `shape` (`testing.log_gate`): typical magnitude `strength` (a float, or a
+    strategy; default none, mild, moderate, strong and very strong), from a drawn seed."""
+    value = strength if isinstance(strength, (int, float)) else draw(strength)
+    return testing.log_gate(jax.random.key(draw(seeds)), tuple(shape), value, dtype)

@@ -1,4 +1,4 @@
-"""Error metrics against a float64 oracle, input factories, and the error-budget rule.
+"""Error metrics against a float64 oracle, the error-budget rule, `check` and its `Report`, input factories.
 
 The rule every kernel is held to (STYLE.md): with `oracle` the float64 reference on the same
 (rounded) inputs,
@@ -6,14 +6,15 @@ The rule every kernel is held to (STYLE.md): with `oracle` the float64 reference
     err(kernel, oracle) ≤ RATIO · err(reference in the kernel's dtype, oracle) + atol
 
 where err is the RMS-relative error ‖x − oracle‖ / ‖oracle‖. Both errors are reported, never
-only asserted.
+only asserted. `check(fn, reference, args)` applies it to every output and every gradient of a
+function (a kernel of this package or anyone's) and returns a `Report`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -86,19 +87,20 @@ def compare_with_floor(name: str, kernel, reference, floor, oracle, ratio: float
 
     floor: a float64 result that carries an error the kernel's algorithm inherits and the reference
     does not (e.g. the exact gradients given the kernel's own forward outputs,
-    `attention_backward_cotangents`). The yardstick becomes √(err(reference)² + err(floor)²), and
-    never less than the RMS of rounding the output to its dtype over its n elements: eps / (2√3)
+    `attention_backward_cotangents`), or None for none. The yardstick becomes √(err(reference)² +
+    err(floor)²), and never less than the RMS of rounding the output to its dtype over its n elements: eps / (2√3)
     relative per element, and since the mean square of n uniform roundings σ² varies by 0.894 σ² / √n
     (one standard deviation), its value three deviations up, σ √(1 + 2.68 / √n) (over a few elements
     the reference can land closer than that by luck; an extra rounding, as a kernel's 16-bit
     intermediate takes, then doubles its error; without the √n term a dev-profile draw, T = 1 and
-    D = 8 in bfloat16, had its 8 dq values at 4.8e-3 against a bound of 4.4e-3): tolerance = ratio · yardstick + atol. The reported reference error
-    stays the reference's.
+    D = 8 in bfloat16, had its 8 dq values at 4.8e-3 against a bound of 4.4e-3):
+    tolerance = ratio · yardstick + atol. The reported reference error stays the reference's.
     """
     comparison = compare(name, kernel, reference, oracle, ratio, atol)
     n = max(1, int(np.size(kernel)))
     rounding = float(jnp.finfo(kernel.dtype).eps) / (2 * 3 ** 0.5) * (1 + 2.68 / n ** 0.5) ** 0.5
-    yardstick = max(float(np.hypot(comparison.reference_err, rms_rel(floor, oracle))), rounding)
+    floor_err = 0.0 if floor is None else rms_rel(floor, oracle)
+    yardstick = max(float(np.hypot(comparison.reference_err, floor_err)), rounding)
     extra = ratio * max(0.0, yardstick - comparison.reference_err)
     return dataclasses.replace(comparison, tolerance=float(comparison.tolerance + extra))
 
@@ -171,6 +173,183 @@ def assert_within_budget(comparisons: Sequence[Comparison]) -> None:
     if bad:
         table = "\n".join(str(c) for c in comparisons)
         raise AssertionError(f"{len(bad)} output(s) over the error budget:\n{table}")
+
+
+# ----------------------------------------------------------------------------- check and Report
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """What `check` found: one `Comparison` per output and per gradient, in order.
+
+    `ok` is True when every comparison is within budget and finite; `str(report)` is the table (output or
+    gradient, dtype, kernel error, reference error, allowed, max |Δ|, pass); `raise_if_failed()` raises
+    AssertionError with the table when one is not. `report["dq"]` is one comparison by name.
+    """
+
+    comparisons: tuple[Comparison, ...]
+    title: str = ""
+    arrays: Mapping[str, tuple[np.ndarray, np.ndarray]] = dataclasses.field(default_factory=dict)
+    """(kernel, oracle) as float64 NumPy arrays for the names `check(..., keep_arrays=...)` asked for."""
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.comparisons) and all(c.ok for c in self.comparisons)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.comparisons)
+
+    def __getitem__(self, name: str) -> Comparison:
+        for c in self.comparisons:
+            if c.name == name:
+                return c
+        raise KeyError(f"{name!r}: the report has {', '.join(self.names)}")
+
+    def __str__(self) -> str:
+        header = ("output/gradient", "dtype", "kernel error", "reference error", "allowed", "max |Δ|", "pass")
+        rows = [(c.name, c.dtype, f"{c.kernel_err:.2e}", f"{c.reference_err:.2e}", f"{c.tolerance:.2e}",
+                 f"{c.kernel_max_abs:.2e}", ("PASS" if c.ok else "FAIL") + ("" if c.finite else " (non-finite)"))
+                for c in self.comparisons]
+        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+        line = lambda cells: "  ".join(c.ljust(w) if i < 2 else c.rjust(w)  # noqa: E731
+                                       for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        table = [line(header), line(["-" * w for w in widths]), *map(line, rows)]
+        verdict = f"{sum(c.ok for c in self.comparisons)}/{len(self.comparisons)} within budget"
+        return "\n".join(([self.title] if self.title else []) + table + [verdict])
+
+    def raise_if_failed(self) -> Report:
+        """Raise AssertionError with the table if any comparison is over budget or not finite; else return self."""
+        if not self.ok:
+            bad = ", ".join(c.name for c in self.comparisons if not c.ok)
+            raise AssertionError(f"over the error budget: {bad}\n{self}")
+        return self
+
+
+def _is_float_array(x) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)
+
+
+def _argument_names(fn: Callable, n: int) -> list[str]:
+    """The names of `fn`'s first n positional parameters where its signature tells them, else arg0, arg1, …"""
+    import inspect
+
+    try:
+        params = [p.name for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    return [params[i] if i < len(params) else f"arg{i}" for i in range(n)]
+
+
+def _leaf_names(prefix: str, tree) -> list[str]:
+    """`prefix` for a single array, `prefix[0]`, `prefix['a']`, … for the leaves of a pytree."""
+    paths = jax.tree_util.tree_flatten_with_path(tree)[0]
+    if len(paths) == 1 and not paths[0][0]:
+        return [prefix]
+    return [prefix + jax.tree_util.keystr(path) for path, _ in paths]
+
+
+def _gradient_names(parameter: str, grads) -> list[str]:
+    """`d<parameter>` for an array; `d<key>` for each array of a dict of arrays (`{"q": …}` → `dq`);
+    `d<parameter>[…]` for the leaves of any other pytree."""
+    if isinstance(grads, Mapping) and all(hasattr(g, "shape") for g in grads.values()):
+        return [f"d{key}" for key in sorted(grads)]  # the order of jax.tree.leaves
+    return _leaf_names(f"d{parameter}", grads)
+
+
+def check(fn: Callable, reference: Callable, args: Sequence, *, argnums: Sequence[int] | None = None,
+          cotangents=None, ratio: float = RATIO, seed: int = 0, output_names: Sequence[str] | None = None,
+          arg_names: Sequence[str] | None = None, keep_arrays: Sequence[str] = (), jit: bool = True,
+          title: str = "") -> Report:
+    """Hold `fn` to the error budget against `reference`: every output and every gradient.
+
+    fn, reference: functions of the same positional `args` (pass static options with functools.partial);
+    each returns a floating array or a pytree of them. Three results are compared, output by output and
+    gradient by gradient:
+
+        kernel     fn(*args), and its VJP, in the arguments' dtypes;
+        reference  reference(*args), and its VJP, in the same dtypes;
+        oracle     reference on the arguments (and cotangents) cast to float64, with float64 enabled
+                   only inside this call (`jax.enable_x64`).
+
+    Each passes when err(kernel, oracle) ≤ ratio · max(err(reference, oracle), rounding) + atol, err the
+    RMS-relative error, `rounding` the RMS of rounding the result to its dtype (`compare_with_floor`),
+    atol `ATOL[dtype]`. Gradients are taken with respect to `argnums` (default: every argument that is a
+    floating array), with `cotangents` (default: random normal ones drawn from `seed`, one per output,
+    never all ones); they are named `d<parameter>` after `arg_names` or `reference`'s signature (`d<key>`
+    for an argument that is a dict of arrays). Outputs
+    are named by `output_names` (default `out`, or `out[0]`, `out[1]`, … for a tuple). With `jit` each of
+    the three runs as one `jax.jit` program (array arguments traced, the others static); without it,
+    eagerly. An output of another shape or dtype than the reference's is a ValueError. Returns a `Report`
+    (with the kernel's and the oracle's arrays of the names in `keep_arrays`); nothing is asserted
+    (`Report.raise_if_failed()`).
+    """
+    args = tuple(args)
+    if argnums is None:
+        argnums = [i for i, a in enumerate(args) if _is_float_array(a)]
+    argnums = list(argnums)
+    for i in argnums:
+        if not 0 <= i < len(args):
+            raise ValueError(f"argnums: {i} is not an argument index (there are {len(args)} arguments)")
+        if not all(_is_float_array(x) for x in jax.tree.leaves(args[i])):
+            raise ValueError(f"argnums: argument {i} must be floating arrays to differentiate, got "
+                             f"{jax.tree.map(lambda x: getattr(x, 'dtype', type(x).__name__), args[i])}")
+    traced = [i for i, a in enumerate(args) if i in argnums or hasattr(a, "dtype")]
+
+    def run(f, arguments, cts):
+        def go(values, cts):
+            full = list(arguments)
+            for i, x in zip(traced, values):
+                full[i] = x
+
+            def call(*diff):
+                for i, x in zip(argnums, diff):
+                    full[i] = x
+                return f(*full)
+
+            out, pullback = jax.vjp(call, *[full[i] for i in argnums])
+            return out, pullback(cts)
+
+        return (jax.jit(go) if jit else go)([arguments[i] for i in traced], cts)
+
+    shapes = jax.eval_shape(lambda *values: fn(*[values[traced.index(i)] if i in traced else a
+                                                 for i, a in enumerate(args)]), *[args[i] for i in traced])
+    want = jax.eval_shape(lambda *values: reference(*[values[traced.index(i)] if i in traced else a
+                                                      for i, a in enumerate(args)]), *[args[i] for i in traced])
+    if jax.tree.structure(shapes) != jax.tree.structure(want) or any(
+            (a.shape, a.dtype) != (b.shape, b.dtype) for a, b in zip(jax.tree.leaves(shapes), jax.tree.leaves(want))):
+        raise ValueError(f"fn: returns {jax.tree.map(lambda x: f'{x.dtype}{list(x.shape)}', shapes)}, the reference "
+                         f"{jax.tree.map(lambda x: f'{x.dtype}{list(x.shape)}', want)}")
+    if cotangents is None:
+        cotangents = random_cotangents(seed, shapes)
+    out_k, grads_k = run(fn, args, cotangents)
+    out_r, grads_r = run(reference, args, cotangents)
+    with jax.enable_x64(True):
+        wide = lambda tree: jax.tree.map(  # noqa: E731
+            lambda x: jnp.asarray(np.asarray(x, np.float64)) if _is_float_array(x) else x, tree)
+        out_o, grads_o = run(reference, wide(args), wide(cotangents))
+        out_o, grads_o = jax.tree.map(lambda x: np.asarray(x, np.float64), (out_o, grads_o))
+
+    names = list(arg_names) if arg_names is not None else _argument_names(reference, len(args))
+    if len(names) != len(args):
+        raise ValueError(f"arg_names: {len(names)} names for {len(args)} arguments")
+    if output_names is not None:
+        out_names = list(output_names)
+        if len(out_names) != len(jax.tree.leaves(out_k)):
+            raise ValueError(f"output_names: {len(out_names)} names for {len(jax.tree.leaves(out_k))} outputs")
+    else:
+        out_names = _leaf_names("out", out_k)
+    grad_names = [name for i, g in zip(argnums, grads_k) for name in _gradient_names(names[i], g)]
+    kernel = jax.tree.leaves(out_k) + jax.tree.leaves(grads_k)
+    ref = jax.tree.leaves(out_r) + jax.tree.leaves(grads_r)
+    oracle = jax.tree.leaves(out_o) + jax.tree.leaves(grads_o)
+    all_names = out_names + grad_names
+    comparisons = tuple(compare_with_floor(n, k, r, None, o, ratio)
+                        for n, k, r, o in zip(all_names, kernel, ref, oracle))
+    arrays = {n: (np.asarray(k, np.float64), np.asarray(o, np.float64))
+              for n, k, o in zip(all_names, kernel, oracle) if n in keep_arrays}
+    return Report(comparisons, title, arrays)
 
 
 def to_float64(tree):

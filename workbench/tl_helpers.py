@@ -14,6 +14,12 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
+def exp_e(x):
+    """eˣ as exp2(x · log2 e): what `tl.exp` compiles to, spelled out (one rounding of the product)."""
+    return tl.exp2(x * LOG2E)
+
+
+@triton.jit
 def sequence_bounds(cu_seqlens, i_n):
     """(bos, eos) of sequence `i_n`, as int64 so that offsets past 2**31 elements stay exact."""
     bos = tl.load(cu_seqlens + i_n).to(tl.int64)

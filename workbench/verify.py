@@ -12,12 +12,16 @@ Each output and each gradient passes when err(kernel, oracle) ≤ 1.5 · err(ref
 
 Adding an op: write a `run(case, dtype, implementation) -> CaseResult` (usually a few lines around
 `check_vjp`), list its cases, and add an `OpSpec` to `OPS`.
+
+A kernel of your own: a module that defines `VERIFY_CASES`, a list of `CheckCase`, runs in the same
+table and report with `workbench verify --module my_pkg.my_op` (docs/API.md, "Toolkit").
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import json
 import math
 import platform
@@ -124,39 +128,24 @@ class Row:
 def check_vjp(op: Callable, inputs: Mapping[str, Any], differentiable: Sequence[str],
               output_names: Sequence[str], implementation: str, seed: int,
               want_arrays: Sequence[str] = ()) -> CaseResult:
-    """Compare outputs and gradients of `op(**inputs, implementation=...)` with the oracle.
+    """`testing.check` of `op(**inputs, implementation=...)` against `op(**inputs, implementation="reference")`.
 
     inputs: keyword arguments, floating arrays already in the dtype under test (states may stay
-    float32). differentiable: names of inputs to differentiate (absent or None ones are skipped);
-    gradients are named `d<name>`. output_names: names of the op's outputs, in order.
+    float32); every array among them is cast to float64 for the oracle. differentiable: names of inputs to
+    differentiate (absent or None ones are skipped); gradients are named `d<name>`. output_names: names
+    of the op's outputs, in order.
     """
+    names = [n for n, x in inputs.items() if hasattr(x, "dtype")]
+    static = {n: x for n, x in inputs.items() if n not in names}
     wrt = [n for n in differentiable if inputs.get(n) is not None]
 
-    def vjp(impl: str, args: Mapping[str, Any], cotangents=None):
-        def fn(*primals):
-            return op(**{**args, **dict(zip(wrt, primals))}, implementation=impl)
+    def call(impl: str):
+        return lambda *arrays: op(**static, **dict(zip(names, arrays)), implementation=impl)
 
-        out, pullback = jax.vjp(fn, *[args[n] for n in wrt])
-        if cotangents is None:
-            cotangents = testing.random_cotangents(seed, out)
-        return out, pullback(cotangents), cotangents
-
-    out_k, grads_k, cts = vjp(implementation, inputs)
-    if implementation == "reference":
-        out_r, grads_r = out_k, grads_k
-    else:
-        out_r, grads_r, _ = vjp("reference", inputs, cts)
-    arrays64 = testing.to_float64({n: x for n, x in inputs.items() if hasattr(x, "dtype")})
-    out_o, grads_o, _ = vjp("reference", {**inputs, **arrays64}, testing.to_float64(cts))
-
-    names = list(output_names) + [f"d{n}" for n in wrt]
-    kernel = list(out_k) + list(grads_k)
-    reference = list(out_r) + list(grads_r)
-    oracle = list(out_o) + list(grads_o)
-    comparisons = [testing.compare(n, a, b, c) for n, a, b, c in zip(names, kernel, reference, oracle)]
-    arrays = {n: (np.asarray(a, np.float64), np.asarray(c, np.float64))
-              for n, a, c in zip(names, kernel, oracle) if n in want_arrays}
-    return CaseResult(comparisons, arrays)
+    report = testing.check(call(implementation), call("reference"), [inputs[n] for n in names],
+                           argnums=[names.index(n) for n in wrt], seed=seed, output_names=output_names,
+                           arg_names=names, keep_arrays=want_arrays)
+    return CaseResult(list(report.comparisons), dict(report.arrays))
 
 
 # ----------------------------------------------------------------------------- recurrent
@@ -421,6 +410,57 @@ FLASH_QUICK = (
 )
 
 
+# ----------------------------------------------------------------------------- a kernel of your own
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckCase:
+    """One case of a kernel that is not in this package, for `workbench verify --module MODULE` (the module
+    lists them in `VERIFY_CASES`): `testing.check(fn, reference, args(dtype), ...)` in each dtype verify runs.
+
+    name: the case's name in the table (and its seed: `Case.seed`). fn, reference: as `testing.check` takes
+    them (with `--implementation reference`, `reference` is checked in fn's place). args: dtype name
+    ("float32", "bfloat16") → the positional arguments in that dtype. argnums, output_names, ratio: as
+    `testing.check`'s. maps: gradients whose |kernel − oracle| map goes in the report (arrays [B, T, H, D]
+    or [B, T, H]).
+    """
+
+    name: str
+    fn: Callable
+    reference: Callable
+    args: Callable[[str], Sequence[Any]]
+    argnums: Sequence[int] | None = None
+    output_names: Sequence[str] | None = None
+    ratio: float = testing.RATIO
+    maps: Sequence[str] = ()
+
+
+def module_spec(module_name: str) -> OpSpec:
+    """The `OpSpec` of a module's `VERIFY_CASES` (a ValueError naming what is missing or wrong)."""
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"--module: cannot import {module_name!r}: {exc}") from exc
+    cases = getattr(module, "VERIFY_CASES", None)
+    if not cases or not all(isinstance(c, CheckCase) for c in cases):
+        raise ValueError(f"--module: {module_name} must define VERIFY_CASES, a non-empty list of "
+                         f"workbench.verify.CheckCase, got {type(cases).__name__}")
+    by_name = {c.name: c for c in cases}
+    if len(by_name) != len(cases):
+        raise ValueError(f"--module: {module_name}'s VERIFY_CASES repeat a name: {[c.name for c in cases]}")
+
+    def run(case: Case, dtype: str, implementation: str, want_arrays: Sequence[str]) -> CaseResult:
+        c = by_name[case.name]
+        report = testing.check(c.fn if implementation == "triton" else c.reference, c.reference, c.args(dtype),
+                               argnums=c.argnums, ratio=c.ratio, seed=case.seed, output_names=c.output_names,
+                               keep_arrays=want_arrays)
+        return CaseResult(list(report.comparisons), dict(report.arrays))
+
+    maps = tuple(dict.fromkeys(g for c in cases for g in c.maps))
+    return OpSpec(run=run, cases=tuple(Case(c.name, {}) for c in cases), quick=(Case(cases[0].name, {}),),
+                  map_cases=tuple(c.name for c in cases if c.maps), map_grads=maps)
+
+
 # ----------------------------------------------------------------------------- registry
 
 OPS: dict[str, OpSpec] = {
@@ -447,6 +487,7 @@ class Report:
     implementation: str
     seconds: float
     case_seconds: dict[tuple[str, str, str], float]
+    described: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)  # (op, case) → its parameters
 
     @property
     def ok(self) -> bool:
@@ -454,24 +495,27 @@ class Report:
 
 
 def run(ops: Sequence[str] | None = None, *, implementation: str = "triton", dtypes: Sequence[str] = DTYPES,
-        quick: bool = False, cases: Sequence[str] | None = None, progress=sys.stderr) -> Report:
-    """Run the case matrix of `ops` (all when None) and collect every comparison.
+        quick: bool = False, cases: Sequence[str] | None = None, modules: Sequence[str] = (),
+        progress=sys.stderr) -> Report:
+    """Run the case matrix of `ops` (all when None, none when only `modules` are given) and of each module's
+    `VERIFY_CASES` (`CheckCase`), and collect every comparison.
 
     Turns on `jax_enable_x64` (the oracle runs in float64). An exception in a case becomes a FAIL
     row carrying its message (the traceback goes to `progress`), and the run goes on.
     """
     jax.config.update("jax_enable_x64", True)
-    ops = list(OPS) if ops is None else list(ops)
+    ops = (list(OPS) if not modules else []) if ops is None else list(ops)
     for name in ops:
         if name not in OPS:
             raise ValueError(f"op: expected one of {sorted(OPS)}, got {name!r}")
+    specs = {name: OPS[name] for name in ops}
+    specs.update({name: module_spec(name) for name in modules})
     work = []
-    for name in ops:
-        spec = OPS[name]
+    for name, spec in specs.items():
         selected = [c for c in (spec.quick if quick else spec.cases) if cases is None or c.name in cases]
         work += [(name, spec, c, d) for c in selected for d in dtypes]
     if not work:
-        raise ValueError(f"case: no case of {ops} matches {list(cases or [])}")
+        raise ValueError(f"case: no case of {list(specs)} matches {list(cases or [])}")
 
     rows: list[Row] = []
     arrays = {}
@@ -495,7 +539,9 @@ def run(ops: Sequence[str] | None = None, *, implementation: str = "triton", dty
         bad = [r.name for r in new if not r.ok]
         verdict = "PASS" if not bad else f"FAIL ({', '.join(bad)})"
         _say(progress, f" {dt:5.1f} s  {verdict}  [total {time.perf_counter() - start:5.1f} s]")
-    return Report(rows, arrays, implementation, time.perf_counter() - start, case_seconds)
+    described = {(name, c.name): ", ".join(f"{k}={v}" for k, v in c.params.items() if v not in (None, (), False))
+                 for name, spec in specs.items() for c in spec.cases + spec.quick}
+    return Report(rows, arrays, implementation, time.perf_counter() - start, case_seconds, described)
 
 
 def _say(stream, text: str, end: str = "\n") -> None:
@@ -604,20 +650,15 @@ def write(report: Report, out: Path, command: str = "") -> list[Path]:
         md += ["## Failures", "", *_markdown_table(failed), ""]
     for (op, case), rows in groups.items():
         seconds = sum(s for (o, c, _), s in report.case_seconds.items() if (o, c) == (op, case))
-        md += [f"## {op} · {case}", "", f"{_params(op, case)} — {seconds:.1f} s", "", *_markdown_table(rows), ""]
+        params = report.described.get((op, case), "")
+        md += [f"## {op} · {case}", "", f"{params + ' — ' if params else ''}{seconds:.1f} s", "",
+               *_markdown_table(rows), ""]
         if (op, case) in bars:
             md += [f"![{op} {case}]({bars[(op, case)].name})", ""]
         md += [f"![{p.stem}]({p.name})" for p in maps if p.name.startswith(f"{op}-{case}-")]
         md += [""]
     (out / "summary.md").write_text("\n".join(md))
     return figures
-
-
-def _params(op: str, case: str) -> str:
-    for c in OPS[op].cases + OPS[op].quick:
-        if c.name == case:
-            return ", ".join(f"{k}={v}" for k, v in c.params.items() if v not in (None, (), False))
-    return ""
 
 
 def _markdown_table(rows: Sequence[Row]) -> list[str]:

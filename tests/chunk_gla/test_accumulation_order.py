@@ -43,7 +43,7 @@ COMPILE = textwrap.dedent("""
                                         bounds="i32", dh0="fp32", dhs="fp32")}
     out = {}
     for name, args in pointers.items():
-        jit = launch._unwrap(getattr(kernels, name))[2]
+        jit = launch.unwrap(getattr(kernels, name))[2]
         const = dict(H=2, K=64, V=64, BT=BT, BK=32, BV=32, F32_DOT="ieee" if storage == "fp32" else "tf32",
                      scale=0.125)
         signature, constexprs, attrs = {}, {}, {}

@@ -11,6 +11,7 @@ random cotangents for both `o` and `final_state`. Inputs come from a drawn integ
 import workbench  # noqa: F401  (first: configures Triton's interpreter before triton loads)
 
 import contextlib
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -77,38 +78,46 @@ def recurrent_outputs_and_grads(inputs, cts):
     return _jitted(inputs, cts, op=recurrent_ref)
 
 
+@functools.partial(jax.jit, static_argnames=("implementation", "scale", "chunk_size", "tuning"))
+def _chunk_gla(diff, rest, implementation, scale=None, chunk_size=64, tuning=None):
+    return workbench.chunk_gla(**diff, **rest, implementation=implementation, scale=scale, chunk_size=chunk_size,
+                               tuning=tuning)
+
+
 def check_against_oracle(inputs, seed, definition=False, **kwargs):
-    """Kernel and same-dtype chunkwise reference against the float64 oracle; hold the budget.
+    """`testing.check`: kernel and same-dtype chunkwise reference against the float64 oracle, outputs and
+    every gradient; hold the budget. Returns the kernel's outputs and gradients (float64).
 
     definition: also check that the float64 chunkwise reference (the oracle) equals the float64
-    recurrent one, and print the recurrent reference's own error in the same dtype beside each row.
+    recurrent one, and print the recurrent reference's own error in the same dtype.
     """
     n_seqs = None if kwargs.get("cu_seqlens") is None else kwargs["cu_seqlens"].shape[0] - 1
     cts = cotangents(seed, inputs, n_seqs)
-    kernel = outputs_and_grads(inputs, cts, implementation="triton", **kwargs)
-    reference = outputs_and_grads(inputs, cts, implementation="reference", **kwargs)
-    inputs64, cts64 = testing.to_float64(inputs), testing.to_float64(cts)
-    oracle = outputs_and_grads(inputs64, cts64, implementation="reference", **kwargs)
-    assert kernel["o"].dtype == inputs["v"].dtype and kernel["final_state"].dtype == jnp.float32
-    for name in kernel:
-        assert kernel[name].shape == oracle[name].shape, name
-        assert kernel[name].dtype == reference[name].dtype, name
-    comparisons = [testing.compare(name, kernel[name], reference[name], oracle[name]) for name in kernel]
-    rows = [str(c) for c in comparisons]
+    arrays = {**inputs, **{n: x for n, x in kwargs.items() if hasattr(x, "shape")}}
+    static = {n: x for n, x in kwargs.items() if not hasattr(x, "shape")}
+    diff = {n: x for n, x in arrays.items() if n in DIFFERENTIABLE}
+    rest = {n: x for n, x in arrays.items() if n not in DIFFERENTIABLE}
+    names = ("o", "final_state", *(f"d{n}" for n in diff))
+    report = testing.check(functools.partial(_chunk_gla, implementation="triton", **static),
+                           functools.partial(_chunk_gla, implementation="reference", **static), (diff, rest),
+                           argnums=(0,), cotangents=cts, output_names=("o", "final_state"), jit=False,
+                           keep_arrays=names)
+    shapes = {n: tuple(x.shape) for n, x in inputs.items() if hasattr(x, "shape")}
+    print(f"\nchunk_gla vs float64 oracle: seed={seed} {kwargs} {shapes}\n{report}")
     if definition:
         rec_kwargs = {n: x for n, x in kwargs.items() if n in ("cu_seqlens", "scale")}
+        inputs64, cts64 = testing.to_float64(inputs), testing.to_float64(cts)
         exact = recurrent_outputs_and_grads({**inputs64, **rec_kwargs}, cts64)
         recurrent = recurrent_outputs_and_grads({**inputs, **rec_kwargs}, cts)
-        for name in kernel:
-            gap = testing.rms_rel(oracle[name], exact[name])
+        for name in names:
+            oracle = report.arrays[name][1]
+            gap = testing.rms_rel(oracle, exact[GRAD_NAME.get(name[1:], name)])
             assert gap <= 1e-12, f"{name}: chunkwise ≠ recurrent in float64 ({gap:.1e})"
-        rows = [f"{r}  recurrent ref {testing.rms_rel(recurrent[c.name], oracle[c.name]):.2e}"
-                for r, c in zip(rows, comparisons)]
-    shapes = {n: tuple(x.shape) for n, x in inputs.items() if hasattr(x, "shape")}
-    print(f"\nchunk_gla vs float64 oracle: seed={seed} {kwargs} {shapes}")
-    print("\n".join(rows))
-    testing.assert_within_budget(comparisons)
-    return kernel
+            print(f"{name:>14s}: the recurrent reference's own error "
+                  f"{testing.rms_rel(recurrent[GRAD_NAME.get(name[1:], name)], oracle):.2e}")
+    assert report["o"].dtype == inputs["v"].dtype and report["final_state"].dtype == "float32"
+    report.raise_if_failed()
+    return {name: kernel for name, (kernel, _) in report.arrays.items()}
 
 
 def assert_same(actual, expected, tol=EXACT):

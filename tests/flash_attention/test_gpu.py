@@ -122,36 +122,6 @@ def test_compiled_tma_forward_matches_pointer_loads_on_varlen():
     assert testing.rms_rel(np.asarray(lse_t)[finite], np.asarray(lse_p)[finite]) <= 1e-6
 
 
-SPECIALIZED_CASES = {
-    "causal-D128": CASES["causal-D128"],
-    "non-causal-D80-GQA-Tq<Tk": CASES["non-causal-D80-GQA-Tq<Tk"],
-    "window+softcap+sinks-D64": ((1, 1024, 1024, 4, 1, 64), dict(sinks=True),
-                                 dict(causal=True, sliding_window=256, softcap=30.0)),
-}
-
-
-SPECIALIZED = Tuning(forward_schedule="warp_specialized", backward_schedule="warp_specialized")
-
-
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bf16", "f16"])
-@pytest.mark.parametrize("case", SPECIALIZED_CASES.values(), ids=SPECIALIZED_CASES.keys())
-def test_compiled_specialized_schedules_within_budget(case, dtype):
-    """`forward_schedule` and `backward_schedule="warp_specialized"`: Triton's warp-specialized loops (a TMA
-    producer warp group, two computing), their descriptors in the launcher's global scratch."""
-    (B, Tq, Tk, H, Hkv, D), made, options = case
-    inputs = testing.attention_inputs(1, B, Tq, Tk, H, Hkv, D, dtype=dtype, **made)
-    _three_way(inputs, 2, tuning=SPECIALIZED, **options)
-
-
-def test_compiled_specialized_schedules_on_varlen_within_budget():
-    """Packed sequences (empty ones, and blocks past a sequence's end that loop over nothing) through the
-    specialized forward and backward, with GQA and sinks."""
-    cu_q = jnp.asarray([0, 0, 1, 300, 777, 900, 1024], jnp.int32)
-    cu_k = jnp.asarray([0, 5, 6, 406, 900, 900, 1100], jnp.int32)
-    inputs = testing.attention_inputs(3, 1, 1024, 1100, 4, 2, 128, dtype=jnp.bfloat16, sinks=True)
-    _three_way({**inputs, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k}, 4, causal=True, tuning=SPECIALIZED)
-
-
 def test_compiled_atomic_dq_is_close_run_to_run():
     """Atomic dQ adds in a run-dependent order: two runs differ at most by float32 rounding of the sums."""
     inputs = testing.attention_inputs(10, 2, 2048, 2048, 8, 2, 128, dtype=jnp.float32)

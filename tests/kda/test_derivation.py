@@ -342,7 +342,7 @@ def test_kda_16():
     row m for dk°, Z (backward), with every factor in [e^−ρ, e^ρ]. In float64 the factored forms equal
     the direct ones (masks s ≤ r for Aqk, s < r for L and the backward); in float32 each entry is as
     accurate as float32 rounding of its terms allows. Beyond the bound a factor overflows."""
-    from workbench.chunk_gla.kernels import DIRECT_RANGE
+    from workbench.tl_chunked import DIRECT_RANGE
 
     n_rows, Kd = 64, 8
     rng, q, k, beta, dAqk, dL = _chunk_problem(16, n_rows, Kd)
@@ -399,7 +399,7 @@ def test_kda_17():
     factor in [e^−ρ_C/2, e^ρ_C/2]. In float64 they equal the direct forms; in float32, against the
     float64 truth, no worse than twice the direct float32 form (both start from b in float32). Beyond
     float32's range (ρ_C/2 > 88) a factor overflows, which is why the span is bounded."""
-    from workbench.kda.kernels import WHOLE_RANGE
+    from workbench.kda.steps import WHOLE_RANGE
 
     n_rows, Kd = 64, 8
     rng, q, k, beta, dAqk, dL = _chunk_problem(17, n_rows, Kd)

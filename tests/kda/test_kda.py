@@ -13,6 +13,7 @@ Sizes stay small (T ≤ 64, K, V ≤ 40): on a CPU the kernels run in Triton's i
 import workbench  # noqa: F401  (first: configures Triton's interpreter before triton loads)
 
 import contextlib
+import types
 
 import jax
 import jax.numpy as jnp
@@ -21,13 +22,17 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from workbench import launch, strategies, testing
-from workbench.kda import Tuning, kernels
-from workbench.chunk_gla.reference import chunk_bounds
+from workbench import launch, strategies, testing, tl_chunked
+from workbench._bounds import chunk_bounds
+from workbench.kda import Tuning, backward_kernels, forward_kernels, recurrent_kernels, sweep_kernels
 from workbench.kda.inputs import kda_inputs
 from workbench.kda.reference import recurrent_kda_ref
 
 DIFFERENTIABLE = ("q", "k", "v", "g", "beta", "initial_state")
+# every kernel chunk_kda and recurrent_kda launch, by name (their stage modules and the chunked families' shared ones)
+kernels = types.SimpleNamespace(**{name: value for module in (tl_chunked, forward_kernels, sweep_kernels,
+                                                              backward_kernels, recurrent_kernels)
+                                   for name, value in vars(module).items() if name.endswith("_kernel")})
 GRAD_NAME = {"q": "dq", "k": "dk", "v": "dv", "g": "dg", "beta": "dbeta", "initial_state": "dh0"}
 EXACT = 1e-5  # RMS-relative gap allowed between two float32 evaluations of the same sums
 
@@ -182,8 +187,8 @@ def test_every_intra_path_in_one_call(dtype):
     just over the elementwise path (forward L and Aqk, and the backward). The second spans just under
     WHOLE_RANGE: (kda.17) whole-chunk products with factors up to e^(0.97 · 30). All against the float64
     oracle."""
-    from workbench.chunk_gla.kernels import DIRECT_RANGE
-    from workbench.kda.kernels import WHOLE_RANGE
+    from workbench.kda.steps import WHOLE_RANGE
+    from workbench.tl_chunked import DIRECT_RANGE
 
     T, K = 128, 16
     inputs = kda_inputs(41, 1, T, 1, K, 16, dtype=dtype, key_scale=1.0)
@@ -212,7 +217,7 @@ def test_whole_chunk_products_equal_sub_chunk_products(dtype):
     takes the whole-chunk path by default)."""
     from workbench import kda
 
-    from workbench.kda.kernels import WHOLE_RANGE
+    from workbench.kda.steps import WHOLE_RANGE
 
     inputs = kda_inputs(5, 1, 70, 1, 24, 16, dtype=dtype, strength=0.5)
     b = np.cumsum(np.asarray(inputs["g"], np.float64)[0, :64, 0], axis=0)

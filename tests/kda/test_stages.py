@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from workbench import kda, testing
-from workbench.chunk_gla.reference import chunk_slots
+from workbench._bounds import chunk_slots
 from workbench.kda.inputs import kda_inputs
 from workbench.kda.reference import chunk_stages
 

@@ -10,6 +10,8 @@ Sizes stay small (T ≤ 64, K, V ≤ 64, B·H ≤ 4): on a CPU the kernels run i
 
 import workbench  # noqa: F401  (first: configures Triton's interpreter before triton loads)
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -91,23 +93,34 @@ _outputs_and_grads_jit = jax.jit(_outputs_and_grads,
                                  static_argnames=("implementation", "reverse", "scale", "tuning"))
 
 
+def _split(inputs, kwargs):
+    """(differentiable inputs, the other arrays, static options) of a call."""
+    arrays = {**inputs, **{n: x for n, x in kwargs.items() if hasattr(x, "shape")}}
+    diff = {n: x for n, x in arrays.items() if n in DIFFERENTIABLE}
+    rest = {n: x for n, x in arrays.items() if n not in DIFFERENTIABLE}
+    return diff, rest, {n: x for n, x in kwargs.items() if not hasattr(x, "shape")}
+
+
+@functools.partial(jax.jit, static_argnames=("implementation", "reverse", "scale", "tuning"))
+def _recurrent(diff, rest, implementation, reverse=False, scale=None, tuning=None):
+    return workbench.recurrent(**diff, **rest, implementation=implementation, reverse=reverse, scale=scale,
+                               tuning=tuning)
+
+
 def check_against_oracle(inputs, seed, **kwargs):
-    """Kernel and same-dtype reference against the float64 oracle; print the table; hold the budget."""
+    """`testing.check`: kernel and same-dtype reference against the float64 oracle, outputs and every
+    gradient; print the report; hold the budget. Returns the kernel's outputs and gradients (float64)."""
     cts = cotangents(seed, inputs, kwargs.get("cu_seqlens"))
-    kernel = outputs_and_grads(inputs, cts, implementation="triton", **kwargs)
-    reference = outputs_and_grads(inputs, cts, implementation="reference", **kwargs)
-    oracle = outputs_and_grads(testing.to_float64(inputs), testing.to_float64(cts),
-                               implementation="reference", **kwargs)
-    assert kernel["o"].dtype == inputs["v"].dtype and kernel["final_state"].dtype == jnp.float32
-    for name in kernel:
-        assert kernel[name].shape == oracle[name].shape, name
-        assert kernel[name].dtype == reference[name].dtype, name
-    comparisons = [testing.compare(name, kernel[name], reference[name], oracle[name]) for name in kernel]
+    diff, rest, static = _split(inputs, kwargs)
+    report = testing.check(functools.partial(_recurrent, implementation="triton", **static),
+                           functools.partial(_recurrent, implementation="reference", **static), (diff, rest),
+                           argnums=(0,), cotangents=cts, output_names=("o", "final_state"), jit=False,
+                           keep_arrays=("o", "final_state", *(f"d{n}" for n in diff)))
     shapes = {n: tuple(x.shape) for n, x in inputs.items() if hasattr(x, "shape")}
-    print(f"\nrecurrent vs float64 oracle: seed={seed} {kwargs} {shapes}")
-    print("\n".join(str(c) for c in comparisons))
-    testing.assert_within_budget(comparisons)
-    return kernel
+    print(f"\nrecurrent vs float64 oracle: seed={seed} {kwargs} {shapes}\n{report}")
+    assert report["o"].dtype == inputs["v"].dtype and report["final_state"].dtype == "float32"
+    report.raise_if_failed()
+    return {name: kernel for name, (kernel, _) in report.arrays.items()}
 
 
 def assert_same(actual, expected, tol=EXACT):

@@ -53,7 +53,7 @@ def _count_launches() -> None:
 
     def counted(*arrays, kernel, **kwargs):
         with _LOCK:
-            _LAUNCHES[launch._unwrap(kernel)[2].__name__] += 1
+            _LAUNCHES[launch.unwrap(kernel)[2].__name__] += 1
         return original(*arrays, kernel=kernel, **kwargs)
 
     launch._run_interpreted = counted

@@ -7,7 +7,8 @@ import math
 import pytest
 
 import workbench  # noqa: F401  (first: interpreted Triton on CPU)
-from workbench import bench_ring, cli, launch
+from workbench import cli, launch
+from workbench.bench import ring as bench_ring
 
 RESULT_KEYS = {"devices", "layout", "pass", "shape", "ring_ms", "single_ms", "share_ms", "efficiency",
                "meets_target", "errors", "overlap"}

@@ -21,7 +21,6 @@ from jax.sharding import PartitionSpec as P
 
 import workbench
 from workbench import testing
-from workbench.bench_ring import use_gspmd_on_gpus
 from workbench.ring_attention import _placed, _ring_forward, _Static, _to_zigzag
 from workbench.ring_attention.reference import ring_attention_ref
 
@@ -32,7 +31,6 @@ def _mesh():
     n = jax.device_count()
     if n < 2:
         pytest.skip(f"ring attention needs ≥ 2 GPUs, this machine has {n}")
-    use_gspmd_on_gpus()  # Shardy's compile of the ring crashes on GPUs (workbench/bench_ring.py)
     return jax.make_mesh((n,), ("sp",))
 
 

@@ -109,37 +109,3 @@ def test_one_device_ring_is_flash_attention(implementation, dtype):
     assert o.dtype == dtype
     tol = 1e-12 if dtype == jnp.float64 else 2e-6
     np.testing.assert_allclose(np.asarray(o), np.asarray(want), rtol=tol, atol=tol)
-
-
-def test_shardy_on_several_gpus_raises_before_compiling(monkeypatch):
-    """(issue 19, until a GPU pair shows the crash gone) Two or more GPUs under Shardy: a PartitionerError
-    naming the variable to set, instead of the segmentation fault JAX 0.11.2 gave; one device, CPUs,
-    GSPMD and the override pass."""
-    from workbench.ring_attention import PartitionerError, check_partitioner
-
-    monkeypatch.delenv("WORKBENCH_RING_SHARDY", raising=False)
-    shardy = jax.config.jax_use_shardy_partitioner
-    try:
-        jax.config.update("jax_use_shardy_partitioner", True)
-        with pytest.raises(PartitionerError, match="JAX_USE_SHARDY_PARTITIONER=false"):
-            check_partitioner(2, "gpu")
-        check_partitioner(1, "gpu")
-        check_partitioner(4, "cpu")
-        monkeypatch.setenv("WORKBENCH_RING_SHARDY", "1")
-        check_partitioner(4, "gpu")
-        monkeypatch.delenv("WORKBENCH_RING_SHARDY")
-        jax.config.update("jax_use_shardy_partitioner", False)
-        check_partitioner(4, "gpu")
-    finally:
-        jax.config.update("jax_use_shardy_partitioner", shardy)
-
-
-def test_the_ring_checks_its_partitioner(monkeypatch):
-    """ring_attention asks check_partitioner with its axis size and the backend before tracing the ring."""
-    import sys
-
-    ring = sys.modules["workbench.ring_attention"]  # the package (workbench.ring_attention is the function)
-    seen = []
-    monkeypatch.setattr(ring, "check_partitioner", lambda n, backend: seen.append((n, backend)))
-    workbench.sharded_ring_attention(**valid(), mesh=mesh(), axis_name="sp", causal=True)
-    assert seen == [(1, jax.default_backend())]

@@ -20,11 +20,11 @@ import jax.numpy as jnp
 import triton
 
 from .. import _checks
-from .._bounds import keep_inside, packed_bounds, stand_ins
-from ..launch import triton_call
-from ..recurrent import _validate as _validate_recurrent
+from .._bounds import chunk_bounds, keep_inside, packed_bounds, stand_ins
+from .._sharding import SEQUENCE_HINT, linear_dims, linear_out_dims, per_device, summed_grads, vary_like
+from ..launch import sm_count, triton_call
 from . import kernels
-from .reference import chunk_bounds, chunk_gla_ref, chunked_packed, log_decay
+from .reference import chunk_gla_ref, chunked_packed, log_decay
 
 __all__ = ["chunk_gla", "Tuning", "CHUNK_SIZES"]
 
@@ -70,11 +70,6 @@ def state_segments(pairs: int, chunks: int, sms: int) -> int:
     return n
 
 
-def _sm_count() -> int:
-    """Multiprocessors of the first device (its `core_count` on a GPU); 132 (an H100 or H200) elsewhere."""
-    return int(getattr(jax.devices()[0], "core_count", 0) or 132)
-
-
 @dataclasses.dataclass(frozen=True)
 class _Static:
     scale: float
@@ -111,12 +106,21 @@ def chunk_gla(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, cu_se
       ((1, 40, 2, 16), (1, 2, 16, 16))
     """
     impl = _checks.implementation_name(implementation)
-    N = _validate_recurrent(q, k, v, g, None, gk, None, scale, initial_state, cu_seqlens, impl)
+    _checks.linear_attention(q, k, v, g, None, gk, None, scale, initial_state, cu_seqlens, impl)
     if type(chunk_size) is not int or chunk_size not in CHUNK_SIZES:
         raise ValueError(f"chunk_size: expected one of {CHUNK_SIZES}, got {chunk_size!r} (q {tuple(q.shape)})")
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    body = functools.partial(_chunk_gla, scale=scale, chunk_size=chunk_size, impl=impl, tuning=tuning or Tuning())
+    arrays = dict(q=q, k=k, v=v, g=g, gk=gk, initial_state=initial_state, cu_seqlens=cu_seqlens)
+    return per_device("chunk_gla", body, arrays, linear_dims(cu_seqlens is not None),
+                      linear_out_dims(cu_seqlens is not None), hint=SEQUENCE_HINT)
+
+
+def _chunk_gla(q, k, v, g, gk, initial_state, cu_seqlens, *, scale, chunk_size, impl, tuning):
+    """`chunk_gla` on one device's arrays (all of them, or its shard of the batch and heads)."""
     B, T, H, K = q.shape
     V = v.shape[-1]
-    scale = K ** -0.5 if scale is None else float(scale)
+    N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
     # Every kernel sees packed sequences; a fixed-length batch is cu_seqlens = arange(B+1)·T. Traced
     # bounds go through the bounds rule (API.md); rows outside every sequence are zeroed in and out.
     cu, inside = packed_bounds(cu_seqlens, B, T)
@@ -127,9 +131,9 @@ def chunk_gla(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, cu_se
     pack = lambda x: None if x is None else x.reshape(B * T, *x.shape[2:])  # noqa: E731
     # (gla.1) one per-key log-decay: gk as given when alone, else g broadcast over keys (+ gk) in float32
     a = pack(gk) if g is None else log_decay(pack(g), pack(gk), (B * T, H, K), jnp.float32)
-    h0 = (jnp.zeros((N, H, K, V), jnp.float32) if initial_state is None
+    h0 = (vary_like(jnp.zeros((N, H, K, V), jnp.float32), q, k, v) if initial_state is None
           else initial_state.astype(jnp.float32))
-    static = _Static(scale=scale, chunk_size=chunk_size, tuning=tuning or Tuning())
+    static = _Static(scale=scale, chunk_size=chunk_size, tuning=tuning)
     o, ht = _chunk_gla_packed(pack(q), pack(k), pack(v), a, h0, cu, static)
     return keep_inside(o.reshape(B, T, H, V), inside), ht
 
@@ -161,7 +165,7 @@ def _state_sweep(x, y, b, init, cu, bounds, static: _Static, tune, *, reverse: b
     state = lambda n: jax.ShapeDtypeStruct((n, H, K, V), f32)  # noqa: E731
     n_seg = static.tuning.segments
     if n_seg is None:
-        n_seg = state_segments(N * H, triton.cdiv(TT, static.chunk_size), _sm_count())
+        n_seg = state_segments(N * H, triton.cdiv(TT, static.chunk_size), sm_count())
     common = dict(H=H, K=K, V=V, BT=static.chunk_size, F32_DOT=_f32_dot(x))
     sweep_grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H * n_seg, triton.cdiv(K, meta["BK"]))  # noqa: E731
     if n_seg == 1:
@@ -267,9 +271,9 @@ def _chunk_gla_packed_bwd(static: _Static, residuals, cotangents):
     do, dht = cotangents
     if static.tuning.backward == "reference":
         _, vjp = jax.vjp(lambda q, k, v, a, h0: _reference_packed(q, k, v, a, h0, cu, static), q, k, v, a, h0)
-        return (*vjp((do, dht)), None)
+        return summed_grads((*vjp((do, dht)), None), (q, k, v, a, h0))
     dq, dk, dv, da, dh0 = _backward(q, k, v, b, hs, A, cu, do.astype(v.dtype), dht.astype(jnp.float32), static)
-    return dq, dk, dv, (None if a is None else da.astype(a.dtype)), dh0, None
+    return summed_grads((dq, dk, dv, (None if a is None else da.astype(a.dtype)), dh0, None), (q, k, v, a, h0))
 
 
 _chunk_gla_packed.defvjp(_chunk_gla_packed_fwd, _chunk_gla_packed_bwd)

@@ -1,7 +1,7 @@
 """Triton kernels of chunked gated linear attention. Equation tags refer to NOTES.md.
 
 Every kernel sees packed sequences (`[TT, H, ·]` rows) cut into chunks of BT rows. Chunk slots
-(`reference.chunk_slots`) give each chunk of each sequence a slot: `bounds[slot] = (start, end)`
+(`workbench._bounds.chunk_slots`) give each chunk of each sequence a slot: `bounds[slot] = (start, end)`
 rows, start = end for an unused slot; per-chunk states are stored by slot. The per-key log-decay
 arrives as one array `gk` (the glue folds g into it, NOTES.md (gla.1)).
 
@@ -26,111 +26,13 @@ float32. Exponentials use exp2 of the exponent times log2(e).
 import triton
 import triton.language as tl
 
-from ..launch import given
-from ..tl_helpers import LOG2E
-
-SUB_CHUNK = 16  # rows per sub-chunk inside a chunk (the smallest tl.dot tile)
-BC = tl.constexpr(SUB_CHUNK)
-DIRECT_RANGE = 20.0  # (gla.11) a sub-chunk whose log-decays span at most this takes its own block as one product
-RHO = tl.constexpr(DIRECT_RANGE)
-
-
-def _configs(block: str, sizes=(32, 64), warps=(4, 8), stages=(2,)):
-    """Every block size × warps × pipeline stages, in that order (the first is the interpreter's default)."""
-    return [triton.Config({block: b}, num_warps=w, num_stages=st) for b in sizes for w in warps for st in stages]
-
-
-def _prune(block: str, dim: str):
-    """Keep block sizes not wider than the dimension (rounded up to a power of two, at least 16)."""
-    def prune(configs, named_args, **_):
-        size = max(16, triton.next_power_of_2(named_args[dim].shape[-1]))
-        kept = [c for c in configs if c.kwargs[block] <= size]
-        return kept or [min(configs, key=lambda c: c.kwargs[block])]
-    return prune
-
-
-# ----------------------------------------------------------------------------- shared pieces
-
-
-@triton.jit
-def _exp(x):
-    return tl.exp2(x * LOG2E)
-
-
-@triton.jit
-def _chunk(bounds, i_s):
-    """(start, end) rows of chunk slot i_s, as int64; start == end for an unused slot."""
-    start = tl.load(bounds + 2 * i_s).to(tl.int64)
-    end = tl.load(bounds + 2 * i_s + 1).to(tl.int64)
-    return start, end
-
-
-@triton.jit
-def _tile(x, rows, m_rows, i_h, o_d, m_d, H: tl.constexpr, D: tl.constexpr):
-    """Rows `rows` of x[TT, H, D] at head i_h, columns o_d, as float32 ([len(rows), len(o_d)]); zeros outside."""
-    p = x + (rows[:, None] * H + i_h) * D + o_d[None, :]
-    return tl.load(p, mask=m_rows[:, None] & m_d[None, :], other=0.0).to(tl.float32)
-
-
-@triton.jit
-def _row(x, row, i_h, o_d, m_d, H: tl.constexpr, D: tl.constexpr):
-    """One row of x[TT, H, D] at head i_h as float32 [len(o_d)]."""
-    return tl.load(x + (row * H + i_h) * D + o_d, mask=m_d, other=0.0).to(tl.float32)
+from ..tl_chunked import (BC, DIRECT_RANGE, RHO, SUB_CHUNK, block_configs, chunk_cumsum_kernel,  # noqa: F401
+                          chunk_state_pass_kernel, load_row, load_tile, prune_blocks, segment_prologue,
+                          sequence_rows, slot_rows, sweep_chunk, sweep_prologue)
+from ..tl_helpers import exp_e
 
 
 # ----------------------------------------------------------------------------- forward
-
-
-@triton.heuristics({"USE_GK": given("gk")})
-@triton.jit
-def chunk_cumsum_kernel(gk, bounds, b, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                        BK: tl.constexpr, USE_GK: tl.constexpr):
-    """(gla.3) b_r = Σ_{t ≤ r} a_t within each chunk, float32 [TT, H, K]; zeros without a gate."""
-    i_s, i_h = tl.program_id(0), tl.program_id(1)
-    start, end = _chunk(bounds, i_s)
-    rows = start + tl.arange(0, BT)
-    m_t = rows < end
-    o_k = tl.arange(0, BK)
-    m_k = o_k < K
-    b_b = tl.zeros([BT, BK], tl.float32)
-    if USE_GK:
-        b_b = tl.cumsum(_tile(gk, rows, m_t, i_h, o_k, m_k, H, K), axis=0)  # [BT, BK]
-    tl.store(b + (rows[:, None] * H + i_h) * K + o_k[None, :], b_b, mask=m_t[:, None] & m_k[None, :])
-
-
-@triton.jit
-def _sequence(cu_seqlens, i_n):
-    """(first row, end row) of packed sequence i_n, as int64."""
-    return tl.load(cu_seqlens + i_n).to(tl.int64), tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-
-
-@triton.jit
-def _sweep_chunk(cu_seqlens, i_n, c, BT: tl.constexpr):
-    """(start, end) rows of chunk c of sequence i_n, computed from cu_seqlens (the same rows as its slot's
-    `bounds`, without a load whose result the next address depends on, so the sweep's loads can be
-    issued ahead of the loop body)."""
-    bos, eos = _sequence(cu_seqlens, i_n)
-    start = bos + c * BT
-    return start, tl.minimum(start + BT, eos)
-
-
-@triton.jit
-def _sweep_prologue(cu_seqlens, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                    BK: tl.constexpr, BV: tl.constexpr):
-    """What a state sweep (one program per value block and (sequence, head)) needs before its loop:
-    (i_nh, i_h, the sequence's first chunk slot, its chunk count, o_k, o_v, m_k, m_v, the [BK, BV]
-    state mask and offsets)."""
-    i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    i_n, i_h = i_nh // H, i_nh % H
-    bos, eos = _sequence(cu_seqlens, i_n)
-    first_slot = bos // BT + i_n
-    n_chunks = tl.cdiv(eos - bos, BT)
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_k, m_v = o_k < K, o_v < V
-    m_h = m_k[:, None] & m_v[None, :]
-    p_state = o_k[:, None] * V + o_v[None, :]
-    return i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state
 
 
 def _sweep_configs():
@@ -153,8 +55,8 @@ def _prune_sweep(dim: str, key_dim: str | None = None):
 @triton.jit
 def _key_block_sweep_prologue(cu_seqlens, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                               BK: tl.constexpr, BV: tl.constexpr):
-    """`_sweep_prologue` for a [BK, BV] block of the state at key block program_id(2)."""
-    i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state = _sweep_prologue(cu_seqlens, H, K, V, BT,
+    """`sweep_prologue` for a [BK, BV] block of the state at key block program_id(2)."""
+    i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state = sweep_prologue(cu_seqlens, H, K, V, BT,
                                                                                         BK, BV)
     o_k = tl.program_id(2) * BK + o_k
     m_k = o_k < K
@@ -191,10 +93,10 @@ def _chunk_product(x0, y0, x1, y1, F32_DOT: tl.constexpr):
 def _khat_v(k, v, b, b_bL, rows, m_t, i_h, o_k, m_k, o_v, m_v, H: tl.constexpr, K: tl.constexpr,
             V: tl.constexpr):
     """(gla.4) k̂ = k ⊙ exp(b_L − b) in v's dtype ([rows, BK]) and v ([rows, BV]); masked rows are 0."""
-    b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
-    b_k = _tile(k, rows, m_t, i_h, o_k, m_k, H, K)
+    b_b = load_tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+    b_k = load_tile(k, rows, m_t, i_h, o_k, m_k, H, K)
     b_v = tl.load(v + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
-    return (b_k * _exp(b_bL[None, :] - b_b)).to(b_v.dtype), b_v  # masked rows: k = 0
+    return (b_k * exp_e(b_bL[None, :] - b_b)).to(b_v.dtype), b_v  # masked rows: k = 0
 
 
 @triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT"],
@@ -211,13 +113,13 @@ def chunk_h_kernel(k, v, b, h0, cu_seqlens, bounds,  # inputs
     for c in range(0, n_chunks):
         i_s = first_slot + c
         tl.store(hs + (i_s * H + i_h) * K * V + p_state, b_h, mask=m_h)
-        start, end = _sweep_chunk(cu_seqlens, i_nh // H, c, BT)
-        b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)  # [BK]
+        start, end = sweep_chunk(cu_seqlens, i_nh // H, c, BT)
+        b_bL = load_row(b, end - 1, i_h, o_k, m_k, H, K)  # [BK]
         rows0, m_t0 = _half_rows(start, end, 0, BT)
         rows1, m_t1 = _half_rows(start, end, 1, BT)
         b_khat0, b_v0 = _khat_v(k, v, b, b_bL, rows0, m_t0, i_h, o_k, m_k, o_v, m_v, H, K, V)
         b_khat1, b_v1 = _khat_v(k, v, b, b_bL, rows1, m_t1, i_h, o_k, m_k, o_v, m_v, H, K, V)
-        b_h = b_h * _exp(b_bL)[:, None] + _chunk_product(b_khat0, b_v0, b_khat1, b_v1, F32_DOT)
+        b_h = b_h * exp_e(b_bL)[:, None] + _chunk_product(b_khat0, b_v0, b_khat1, b_v1, F32_DOT)
     tl.store(ht + i_nh * K * V + p_state, b_h, mask=m_h)
 
 
@@ -233,15 +135,15 @@ def _sub_chunk(q, k, b, i_c, start, end, i_h, o_k, m_k, H: tl.constexpr, K: tl.c
     m_i = rows_i < end
     rows = start + tl.arange(0, BT)
     m_t = rows < end
-    b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)
-    b_qi = _tile(q, rows_i, m_i, i_h, o_k, m_k, H, K)
-    b_ki = _tile(k, rows_i, m_i, i_h, o_k, m_k, H, K)
-    b_bi = tl.where(m_i[:, None], _tile(b, rows_i, m_i, i_h, o_k, m_k, H, K), b_bL[None, :])
-    b_q = _tile(q, rows, m_t, i_h, o_k, m_k, H, K)
-    b_k = _tile(k, rows, m_t, i_h, o_k, m_k, H, K)
-    b_b = tl.where(m_t[:, None], _tile(b, rows, m_t, i_h, o_k, m_k, H, K), b_bL[None, :])
-    b_bn = _row(b, tl.minimum(start + i_c * BC, end - 1), i_h, o_k, m_k, H, K)
-    b_bm = _row(b, tl.minimum(start + i_c * BC + BC, end) - 1, i_h, o_k, m_k, H, K)
+    b_bL = load_row(b, end - 1, i_h, o_k, m_k, H, K)
+    b_qi = load_tile(q, rows_i, m_i, i_h, o_k, m_k, H, K)
+    b_ki = load_tile(k, rows_i, m_i, i_h, o_k, m_k, H, K)
+    b_bi = tl.where(m_i[:, None], load_tile(b, rows_i, m_i, i_h, o_k, m_k, H, K), b_bL[None, :])
+    b_q = load_tile(q, rows, m_t, i_h, o_k, m_k, H, K)
+    b_k = load_tile(k, rows, m_t, i_h, o_k, m_k, H, K)
+    b_b = tl.where(m_t[:, None], load_tile(b, rows, m_t, i_h, o_k, m_k, H, K), b_bL[None, :])
+    b_bn = load_row(b, tl.minimum(start + i_c * BC, end - 1), i_h, o_k, m_k, H, K)
+    b_bm = load_row(b, tl.minimum(start + i_c * BC + BC, end) - 1, i_h, o_k, m_k, H, K)
     return rows_i, m_i, b_qi, b_ki, b_bi, b_q, b_k, b_b, b_bn, b_bm, b_bL
 
 
@@ -258,12 +160,12 @@ def _key_row(x, b, row, end, b_bL, i_h, o_k, m_k, H: tl.constexpr, K: tl.constex
 def _chunk_direct(b, start, end, i_h, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr):
     """(gla.12) Whether the chunk's log-decays span at most RHO: max over all K key columns of
     b_start − b_{end−1}. Every kernel that asks decides the same way (the same two rows of b)."""
-    span = tl.max(_row(b, start, i_h, tl.arange(0, BK), tl.arange(0, BK) < K, H, K)
-                  - _row(b, end - 1, i_h, tl.arange(0, BK), tl.arange(0, BK) < K, H, K), axis=0)
+    span = tl.max(load_row(b, start, i_h, tl.arange(0, BK), tl.arange(0, BK) < K, H, K)
+                  - load_row(b, end - 1, i_h, tl.arange(0, BK), tl.arange(0, BK) < K, H, K), axis=0)
     for i_k in tl.static_range(1, (K + BK - 1) // BK):
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
-        span = tl.maximum(span, tl.max(_row(b, start, i_h, o_k, m_k, H, K) - _row(b, end - 1, i_h, o_k, m_k, H, K),
+        span = tl.maximum(span, tl.max(load_row(b, start, i_h, o_k, m_k, H, K) - load_row(b, end - 1, i_h, o_k, m_k, H, K),
                                        axis=0))
     return span <= RHO
 
@@ -272,8 +174,8 @@ def _chunk_direct(b, start, end, i_h, H: tl.constexpr, K: tl.constexpr, BK: tl.c
 def _chunk_factors(b_b, b_b0, m_t):
     """(gla.12) exp(b_r − b_0) ∈ [e^−RHO, 1] and exp(b_0 − b_s) ∈ [1, e^RHO] for the chunk's rows, 0 past its
     end (where b reads 0 and −b_0 could be large)."""
-    e_q = tl.where(m_t[:, None], _exp(tl.where(m_t[:, None], b_b - b_b0[None, :], 0.0)), 0.0)
-    e_k = tl.where(m_t[:, None], _exp(tl.where(m_t[:, None], b_b0[None, :] - b_b, 0.0)), 0.0)
+    e_q = tl.where(m_t[:, None], exp_e(tl.where(m_t[:, None], b_b - b_b0[None, :], 0.0)), 0.0)
+    e_k = tl.where(m_t[:, None], exp_e(tl.where(m_t[:, None], b_b0[None, :] - b_b, 0.0)), 0.0)
     return e_q, e_k
 
 
@@ -290,30 +192,6 @@ def _chunk_A(b_q, b_k, b_b, b_b0, m_t, scale, F32_DOT: tl.constexpr, BT: tl.cons
 
 
 @triton.jit
-def _intra_tiles(q, k, b, i_sub, start, end, i_h, o_k, m_k, H: tl.constexpr, K: tl.constexpr,
-                 BT: tl.constexpr):
-    """Sub-chunk i_sub's rows and tiles (q, k, b: [BC, BK]), the chunk's (k, b: [BT, BK]), and b at
-    the sub-chunk's first row n and last row m ([BK]).
-
-    Rows past the chunk's end read k = q = 0 and b = b at the last row (as if their gates were 0), so
-    every exponent below keeps its sign there too.
-    """
-    rows_i = start + i_sub * BC + tl.arange(0, BC)
-    m_i = rows_i < end
-    rows = start + tl.arange(0, BT)
-    m_t = rows < end
-    b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)
-    b_qi = _tile(q, rows_i, m_i, i_h, o_k, m_k, H, K)
-    b_ki = _tile(k, rows_i, m_i, i_h, o_k, m_k, H, K)
-    b_bi = tl.where(m_i[:, None], _tile(b, rows_i, m_i, i_h, o_k, m_k, H, K), b_bL[None, :])
-    b_k = _tile(k, rows, m_t, i_h, o_k, m_k, H, K)
-    b_b = tl.where(m_t[:, None], _tile(b, rows, m_t, i_h, o_k, m_k, H, K), b_bL[None, :])
-    b_bn = _row(b, tl.minimum(start + i_sub * BC, end - 1), i_h, o_k, m_k, H, K)
-    b_bm = _row(b, tl.minimum(start + i_sub * BC + BC, end) - 1, i_h, o_k, m_k, H, K)
-    return rows_i, m_i, b_qi, b_ki, b_bi, b_k, b_b, b_bn, b_bm
-
-
-@triton.jit
 def _diagonal_ratio(b_bi, STRICT: tl.constexpr):
     """[BC, BC, BK] exp(b_r − b_s) for s < r (and s = r unless STRICT) inside one sub-chunk, else 0 (gla.6)."""
     o_c = tl.arange(0, BC)
@@ -323,7 +201,7 @@ def _diagonal_ratio(b_bi, STRICT: tl.constexpr):
         below = o_c[:, None] >= o_c[None, :]
     below = below[:, :, None]
     diff = tl.where(below, b_bi[:, None, :] - b_bi[None, :, :], 0.0)  # never positive where kept
-    return tl.where(below, _exp(diff), 0.0)
+    return tl.where(below, exp_e(diff), 0.0)
 
 
 @triton.jit
@@ -332,7 +210,7 @@ def _a_own_column(b_A, j, k, b, row0, end, b_qi, b_bi, b_bL, o_c, o_t, own0, i_h
     """b_A with column own0 + j set to Σ_k q_r k_j exp(b_r − b_j) for the sub-chunk's rows r ≥ j (else 0)."""
     b_kj, b_bj = _key_row(k, b, row0 + j, end, b_bL, i_h, o_k, m_k, H, K)
     keep = o_c >= j  # rows r ≥ j
-    b_e = _exp(tl.where(keep[:, None], b_bi - b_bj[None, :], 0.0))
+    b_e = exp_e(tl.where(keep[:, None], b_bi - b_bj[None, :], 0.0))
     b_col = tl.where(keep, tl.sum(b_qi * b_kj[None, :] * b_e, axis=1), 0.0)  # [BC]
     return tl.where(o_t[None, :] == own0 + j, b_col[:, None], b_A)
 
@@ -346,11 +224,11 @@ def _dqk_own_row(b_dq, b_dk, j, q, k, b, row0, end, b_bi, b_bL, b_dA_own, o_c, i
     below = o_c > j
     b_a = tl.sum(tl.where(o_c[None, :] == j, b_dA_own, 0.0), axis=1)  # dA[r, j] over r
     b_dq += tl.where(below[:, None],
-                     b_a[:, None] * b_kj[None, :] * _exp(tl.where(below[:, None], b_bi - b_bj[None, :], 0.0)), 0.0)
+                     b_a[:, None] * b_kj[None, :] * exp_e(tl.where(below[:, None], b_bi - b_bj[None, :], 0.0)), 0.0)
     above = o_c < j
     b_a = tl.sum(tl.where(o_c[:, None] == j, b_dA_own, 0.0), axis=0)  # dA[j, s] over s
     b_dk += tl.where(above[:, None],
-                     b_a[:, None] * b_qj[None, :] * _exp(tl.where(above[:, None], b_bj[None, :] - b_bi, 0.0)), 0.0)
+                     b_a[:, None] * b_qj[None, :] * exp_e(tl.where(above[:, None], b_bj[None, :] - b_bi, 0.0)), 0.0)
     return b_dq, b_dk
 
 
@@ -368,7 +246,7 @@ def chunk_a_kernel(q, k, b, bounds,  # inputs
                    F32_DOT: tl.constexpr, UNROLL: tl.constexpr):
     """(gla.5) A[r, s] = scale Σ_k q_r k_s exp(b_r − b_s) for s ≤ r (else 0), rows of one sub-chunk."""
     i_c, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
-    start, end = _chunk(bounds, i_s)
+    start, end = slot_rows(bounds, i_s)
     if start + i_c * BC >= end:
         return
     if _chunk_direct(b, start, end, i_h, H, K, BK):
@@ -387,8 +265,8 @@ def chunk_a_kernel(q, k, b, bounds,  # inputs
     own0 = i_c * BC
     direct = tl.max(b_bn - b_bm, axis=0) <= RHO
     keys = o_t < tl.where(direct, own0 + BC, own0)
-    b_qn = b_qi * _exp(b_bi - b_bn[None, :])  # [BC, BK]
-    b_kn = tl.where(keys[:, None], b_k * _exp(tl.where(keys[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
+    b_qn = b_qi * exp_e(b_bi - b_bn[None, :])  # [BC, BK]
+    b_kn = tl.where(keys[:, None], b_k * exp_e(tl.where(keys[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
     b_A = tl.dot(b_qn, tl.trans(b_kn), input_precision=F32_DOT)  # [BC, BT]
     b_A = tl.where(o_t[None, :] <= (own0 + o_c)[:, None], b_A, 0.0)  # s ≤ r
     if not direct:
@@ -405,8 +283,8 @@ def chunk_a_kernel(q, k, b, bounds,  # inputs
     tl.store(A + (rows_i[:, None] * H + i_h) * BT + o_t[None, :], b_A.to(A.dtype.element_ty), mask=m_i[:, None])
 
 
-@triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
-                 prune_configs_by={"early_config_prune": _prune("BV", "v")})
+@triton.autotune(configs=block_configs("BV"), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": prune_blocks("BV", "v")})
 @triton.jit
 def chunk_o_kernel(q, k, v, b, hs, A, bounds,  # inputs
                    o,  # output [TT, H, V]
@@ -415,7 +293,7 @@ def chunk_o_kernel(q, k, v, b, hs, A, bounds,  # inputs
     """(gla.5) o = q̄ h + A v for one chunk: two products of whole-chunk tiles; A from `chunk_a_kernel`,
     or for a direct chunk (gla.12) formed here."""
     i_v, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
-    start, end = _chunk(bounds, i_s)
+    start, end = slot_rows(bounds, i_s)
     if start >= end:
         return
     o_k = tl.arange(0, BK)
@@ -428,11 +306,11 @@ def chunk_o_kernel(q, k, v, b, hs, A, bounds,  # inputs
     dtype = b_v.dtype
     b_h = tl.load(hs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :],
                   other=0.0).to(dtype)  # [BK, BV]
-    b_q = _tile(q, rows, m_t, i_h, o_k, m_k, H, K)
-    b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
-    b_qbar = (b_q * _exp(b_b) * scale).to(dtype)  # rows past the end: q = 0
+    b_q = load_tile(q, rows, m_t, i_h, o_k, m_k, H, K)
+    b_b = load_tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+    b_qbar = (b_q * exp_e(b_b) * scale).to(dtype)  # rows past the end: q = 0
     if _chunk_direct(b, start, end, i_h, H, K, BK):
-        b_A = _chunk_A(b_q, _tile(k, rows, m_t, i_h, o_k, m_k, H, K), b_b, _row(b, start, i_h, o_k, m_k, H, K), m_t,
+        b_A = _chunk_A(b_q, load_tile(k, rows, m_t, i_h, o_k, m_k, H, K), b_b, load_row(b, start, i_h, o_k, m_k, H, K), m_t,
                        scale, F32_DOT, BT).to(dtype)  # rounded as chunk_a_kernel stores it
     else:
         b_A = tl.load(A + (rows[:, None] * H + i_h) * BT + o_t[None, :], mask=m_t[:, None] & m_t[None, :],
@@ -450,7 +328,7 @@ def _qbar_do(q, do, b, scale, rows, m_t, i_h, o_k, m_k, o_v, m_v, H: tl.constexp
              V: tl.constexpr):
     """(gla.7) q̄ = scale · q ⊙ exp(b) in do's dtype ([rows, BK]) and do ([rows, BV]); masked rows are 0."""
     b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
-    b_qbar = _tile(q, rows, m_t, i_h, o_k, m_k, H, K) * _exp(_tile(b, rows, m_t, i_h, o_k, m_k, H, K)) * scale
+    b_qbar = load_tile(q, rows, m_t, i_h, o_k, m_k, H, K) * exp_e(load_tile(b, rows, m_t, i_h, o_k, m_k, H, K)) * scale
     return b_qbar.to(b_do.dtype), b_do
 
 
@@ -468,45 +346,17 @@ def chunk_dh_kernel(q, do, b, dht, cu_seqlens, bounds,  # inputs
     for c_rev in range(0, n_chunks):
         i_s = first_slot + n_chunks - 1 - c_rev
         tl.store(dhs + (i_s * H + i_h) * K * V + p_state, b_dh, mask=m_h)
-        start, end = _sweep_chunk(cu_seqlens, i_nh // H, n_chunks - 1 - c_rev, BT)
-        b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)
+        start, end = sweep_chunk(cu_seqlens, i_nh // H, n_chunks - 1 - c_rev, BT)
+        b_bL = load_row(b, end - 1, i_h, o_k, m_k, H, K)
         rows0, m_t0 = _half_rows(start, end, 0, BT)
         rows1, m_t1 = _half_rows(start, end, 1, BT)
         b_qbar0, b_do0 = _qbar_do(q, do, b, scale, rows0, m_t0, i_h, o_k, m_k, o_v, m_v, H, K, V)
         b_qbar1, b_do1 = _qbar_do(q, do, b, scale, rows1, m_t1, i_h, o_k, m_k, o_v, m_v, H, K, V)
-        b_dh = b_dh * _exp(b_bL)[:, None] + _chunk_product(b_qbar0, b_do0, b_qbar1, b_do1, F32_DOT)
+        b_dh = b_dh * exp_e(b_bL)[:, None] + _chunk_product(b_qbar0, b_do0, b_qbar1, b_do1, F32_DOT)
     tl.store(dh0 + i_nh * K * V + p_state, b_dh, mask=m_h)
 
 
 # ----------------------------------------------------------------------------- two-level state pass (gla.13)
-
-
-@triton.jit
-def _segment(cu_seqlens, i_n, i_j, NSEG: tl.constexpr, BT: tl.constexpr):
-    """(the sequence's first chunk slot, first chunk, end chunk) of segment i_j of sequence i_n: its
-    chunks cut into NSEG runs of ⌈chunks / NSEG⌉ (the last ones shorter or empty)."""
-    bos, eos = _sequence(cu_seqlens, i_n)
-    n_chunks = tl.cdiv(eos - bos, BT)
-    per = tl.cdiv(n_chunks, NSEG)
-    c0 = tl.minimum(i_j * per, n_chunks)
-    return bos // BT + i_n, c0, tl.minimum(c0 + per, n_chunks)
-
-
-@triton.jit
-def _segment_prologue(cu_seqlens, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                      BK: tl.constexpr, BV: tl.constexpr, NSEG: tl.constexpr):
-    """Program (V block, (sequence·head)·NSEG + segment, K block) of a segment pass: (i_n, i_h, the row of
-    this segment in the [N·NSEG, H, ·] buffers, first slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state)."""
-    i_v, i_nhj, i_k = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
-    i_nh, i_j = i_nhj // NSEG, i_nhj % NSEG
-    i_n, i_h = i_nh // H, i_nh % H
-    first_slot, c0, c1 = _segment(cu_seqlens, i_n, i_j, NSEG, BT)
-    o_k = i_k * BK + tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_k, m_v = o_k < K, o_v < V
-    m_h = m_k[:, None] & m_v[None, :]
-    return (i_n, i_h, (i_n * NSEG + i_j) * H + i_h, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h,
-            o_k[:, None] * V + o_v[None, :])
 
 
 @triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT", "NSEG", "REVERSE"],
@@ -520,7 +370,7 @@ def chunk_segment_sweep_kernel(x, y, b, cu_seqlens,  # inputs: (k, v) forward, (
     """(gla.13) The sweep of (gla.4) — or with REVERSE of (gla.7), last chunk first — over one segment of a
     sequence, from a zero state: the segment's local states at every chunk (hs at chunk starts, dH at
     chunk ends), its end state, and its total log-decay Λ = Σ b_L over its chunks (per key)."""
-    (i_n, i_h, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state) = _segment_prologue(
+    (i_n, i_h, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state) = segment_prologue(
         cu_seqlens, H, K, V, BT, BK, BV, NSEG)
     b_h = tl.zeros([BK, BV], tl.float32)
     b_d = tl.zeros([BK], tl.float32)
@@ -528,8 +378,8 @@ def chunk_segment_sweep_kernel(x, y, b, cu_seqlens,  # inputs: (k, v) forward, (
         c = c1 - 1 - cc if REVERSE else c0 + cc
         i_s = first_slot + c
         tl.store(states + (i_s * H + i_h) * K * V + p_state, b_h, mask=m_h)
-        start, end = _sweep_chunk(cu_seqlens, i_n, c, BT)
-        b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)  # [BK]
+        start, end = sweep_chunk(cu_seqlens, i_n, c, BT)
+        b_bL = load_row(b, end - 1, i_h, o_k, m_k, H, K)  # [BK]
         rows0, m_t0 = _half_rows(start, end, 0, BT)
         rows1, m_t1 = _half_rows(start, end, 1, BT)
         if REVERSE:
@@ -538,43 +388,11 @@ def chunk_segment_sweep_kernel(x, y, b, cu_seqlens,  # inputs: (k, v) forward, (
         else:
             b_x0, b_y0 = _khat_v(x, y, b, b_bL, rows0, m_t0, i_h, o_k, m_k, o_v, m_v, H, K, V)
             b_x1, b_y1 = _khat_v(x, y, b, b_bL, rows1, m_t1, i_h, o_k, m_k, o_v, m_v, H, K, V)
-        b_h = b_h * _exp(b_bL)[:, None] + _chunk_product(b_x0, b_y0, b_x1, b_y1, F32_DOT)
+        b_h = b_h * exp_e(b_bL)[:, None] + _chunk_product(b_x0, b_y0, b_x1, b_y1, F32_DOT)
         b_d += b_bL
     tl.store(ends + i_row * K * V + p_state, b_h, mask=m_h)
     if tl.program_id(0) == 0:
         tl.store(decay + i_row * K + o_k, b_d, mask=m_k)
-
-
-@triton.jit
-def chunk_state_pass_kernel(ends, transfer, init,  # inputs: [N·NSEG, H, K, V], Λ or P (below), [N, H, K, V]
-                            starts, final,  # outputs: [N·NSEG, H, K, V], [N, H, K, V]
-                            H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
-                            BV: tl.constexpr, NSEG: tl.constexpr, REVERSE: tl.constexpr, MATRIX: tl.constexpr):
-    """(gla.13, kda.18) Across the segments of one sequence (the last first with REVERSE), from `init` (h0, or
-    dH at the sequence's end): each segment's true entering state S_j, then S ← exp(Λ_j) ⊙ S + E_j with Λ
-    [N·NSEG, H, K] (chunk_gla), or with MATRIX S ← P_j S + E_j with P [N·NSEG, H, K, K] in float32 products
-    (tf32x3; chunk_kda); `final` is the state after the last segment (the final state, or dS_0)."""
-    i_v, i_nh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    i_n, i_h = i_nh // H, i_nh % H
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_k, m_v = o_k < K, o_v < V
-    m_h = m_k[:, None] & m_v[None, :]
-    p_state = o_k[:, None] * V + o_v[None, :]
-    b_s = tl.load(init + i_nh * K * V + p_state, mask=m_h, other=0.0)
-    for jj in range(0, NSEG):
-        i_row = (i_n * NSEG + (NSEG - 1 - jj if REVERSE else jj)) * H + i_h
-        tl.store(starts + i_row * K * V + p_state, b_s, mask=m_h)
-        b_e = tl.load(ends + i_row * K * V + p_state, mask=m_h, other=0.0)
-        if MATRIX:
-            b_p = tl.load(transfer + i_row * K * K + o_k[:, None] * K + o_k[None, :],
-                          mask=m_k[:, None] & m_k[None, :], other=0.0)
-            # tf32x3: float32 to about 1e-6 on tensor cores; "ieee" (FMAs, a [K, K] operand spilled) took
-            # 0.44 ms per segment on an H100 at K = V = 128 (NOTES kda.18)
-            b_s = tl.dot(b_p, b_s, input_precision="tf32x3") + b_e
-        else:
-            b_s = b_s * _exp(tl.load(transfer + i_row * K + o_k, mask=m_k, other=0.0))[:, None] + b_e
-    tl.store(final + i_nh * K * V + p_state, b_s, mask=m_h)
 
 
 @triton.jit
@@ -584,20 +402,20 @@ def chunk_state_fixup_kernel(b, cu_seqlens, starts, states_in,  # inputs (states
                              BK: tl.constexpr, BV: tl.constexpr, NSEG: tl.constexpr, REVERSE: tl.constexpr):
     """(gla.13) Every state of a segment plus the part its entering state S_j contributes: at chunk c,
     exp(Σ b_L over the segment's chunks before c — after c with REVERSE) ⊙ S_j."""
-    (i_n, i_h, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state) = _segment_prologue(
+    (i_n, i_h, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state) = segment_prologue(
         cu_seqlens, H, K, V, BT, BK, BV, NSEG)
     b_s = tl.load(starts + i_row * K * V + p_state, mask=m_h, other=0.0)
     b_d = tl.zeros([BK], tl.float32)
     for cc in range(0, c1 - c0):
         c = c1 - 1 - cc if REVERSE else c0 + cc
         p = states + ((first_slot + c) * H + i_h) * K * V + p_state
-        tl.store(p, tl.load(p, mask=m_h, other=0.0) + _exp(b_d)[:, None] * b_s, mask=m_h)
-        _, end = _sweep_chunk(cu_seqlens, i_n, c, BT)
-        b_d += _row(b, end - 1, i_h, o_k, m_k, H, K)
+        tl.store(p, tl.load(p, mask=m_h, other=0.0) + exp_e(b_d)[:, None] * b_s, mask=m_h)
+        _, end = sweep_chunk(cu_seqlens, i_n, c, BT)
+        b_d += load_row(b, end - 1, i_h, o_k, m_k, H, K)
 
 
-@triton.autotune(configs=_configs("BV"), key=["H", "K", "V", "BT"],
-                 prune_configs_by={"early_config_prune": _prune("BV", "do")})
+@triton.autotune(configs=block_configs("BV"), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": prune_blocks("BV", "do")})
 @triton.jit
 def chunk_dv_kernel(q, k, do, b, A, dhs, bounds,  # inputs
                     dv,  # output [TT, H, V]
@@ -606,7 +424,7 @@ def chunk_dv_kernel(q, k, do, b, A, dhs, bounds,  # inputs
     """(gla.8) dv = Aᵀ do + k̂ dH, with dH the gradient of the state at the chunk's end; a direct chunk's
     A (gla.12) formed here as the o kernel formed it."""
     i_v, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
-    start, end = _chunk(bounds, i_s)
+    start, end = slot_rows(bounds, i_s)
     if start >= end:
         return
     o_k = tl.arange(0, BK)
@@ -616,16 +434,16 @@ def chunk_dv_kernel(q, k, do, b, A, dhs, bounds,  # inputs
     rows = start + o_t
     m_t = rows < end
     b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
-    b_k = _tile(k, rows, m_t, i_h, o_k, m_k, H, K)
-    b_b = _tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+    b_k = load_tile(k, rows, m_t, i_h, o_k, m_k, H, K)
+    b_b = load_tile(b, rows, m_t, i_h, o_k, m_k, H, K)
     if _chunk_direct(b, start, end, i_h, H, K, BK):
-        b_A = _chunk_A(_tile(q, rows, m_t, i_h, o_k, m_k, H, K), b_k, b_b, _row(b, start, i_h, o_k, m_k, H, K), m_t,
+        b_A = _chunk_A(load_tile(q, rows, m_t, i_h, o_k, m_k, H, K), b_k, b_b, load_row(b, start, i_h, o_k, m_k, H, K), m_t,
                        scale, F32_DOT, BT).to(b_do.dtype)
     else:
         b_A = tl.load(A + (rows[:, None] * H + i_h) * BT + o_t[None, :], mask=m_t[:, None] & m_t[None, :],
                       other=0.0)
-    b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)
-    b_khat = (b_k * _exp(b_bL[None, :] - b_b)).to(b_do.dtype).to(tl.float32)  # as the forward rounded it
+    b_bL = load_row(b, end - 1, i_h, o_k, m_k, H, K)
+    b_khat = (b_k * exp_e(b_bL[None, :] - b_b)).to(b_do.dtype).to(tl.float32)  # as the forward rounded it
     b_dh = tl.load(dhs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
                    mask=m_k[:, None] & m_v[None, :], other=0.0)  # [BK, BV]
     b_dv = (tl.dot(tl.trans(b_A.to(b_do.dtype)), b_do, input_precision=F32_DOT)
@@ -644,7 +462,7 @@ def chunk_dqk_intra_kernel(q, k, v, do, b, bounds,  # inputs
     """(gla.9) scale Σ_{s < r} dA[r, s] k_s ⊙ exp(b_r − b_s) for the queries of one sub-chunk, and
     scale Σ_{r > s} dA[r, s] q_r ⊙ exp(b_r − b_s) for its keys: dq°, dk° of (gla.10), no diagonal."""
     i_c, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
-    start, end = _chunk(bounds, i_s)
+    start, end = slot_rows(bounds, i_s)
     if start + i_c * BC >= end:
         return
     if _chunk_direct(b, start, end, i_h, H, K, BK):
@@ -672,15 +490,15 @@ def chunk_dqk_intra_kernel(q, k, v, do, b, bounds,  # inputs
     o_c = tl.arange(0, BC)
     direct = tl.max(b_bn - b_bm, axis=0) <= RHO
     keys = o_t < tl.where(direct, own0 + BC, own0)
-    b_kn = tl.where(keys[:, None], b_k * _exp(tl.where(keys[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
+    b_kn = tl.where(keys[:, None], b_k * exp_e(tl.where(keys[:, None], b_bn[None, :] - b_b, 0.0)), 0.0)
     strict_rows = o_t[None, :] < (own0 + o_c)[:, None]  # s < r
-    b_dq = _exp(b_bi - b_bn[None, :]) * tl.dot(tl.where(strict_rows, b_dA_rows, 0.0), b_kn, input_precision=F32_DOT)
+    b_dq = exp_e(b_bi - b_bn[None, :]) * tl.dot(tl.where(strict_rows, b_dA_rows, 0.0), b_kn, input_precision=F32_DOT)
     # keys of this sub-chunk against later queries, through its last row m; (gla.11) its own queries
     # r > s too (exp(b_r − b_m) ≤ exp(RHO) for n ≤ r ≤ m)
     queries = o_t >= tl.where(direct, own0, own0 + BC)
-    b_qm = tl.where(queries[:, None], b_q * _exp(tl.where(queries[:, None], b_b - b_bm[None, :], 0.0)), 0.0)
+    b_qm = tl.where(queries[:, None], b_q * exp_e(tl.where(queries[:, None], b_b - b_bm[None, :], 0.0)), 0.0)
     strict_cols = o_t[:, None] > (own0 + o_c)[None, :]  # r > s
-    b_dk = _exp(b_bm[None, :] - b_bi) * tl.dot(tl.trans(tl.where(strict_cols, b_dA_cols, 0.0)), b_qm,
+    b_dk = exp_e(b_bm[None, :] - b_bi) * tl.dot(tl.trans(tl.where(strict_cols, b_dA_cols, 0.0)), b_qm,
                                                input_precision=F32_DOT)
     if not direct:
         # the own block strictly below its diagonal, one row j at a time (every kept exponent ≤ 0):
@@ -700,8 +518,8 @@ def chunk_dqk_intra_kernel(q, k, v, do, b, bounds,  # inputs
     tl.store(dk_s + p_i, b_dk * scale, mask=m_ik)
 
 
-@triton.autotune(configs=_configs("BK", (16, 32, 64)), key=["H", "K", "V", "BT"],
-                 prune_configs_by={"early_config_prune": _prune("BK", "q")})
+@triton.autotune(configs=block_configs("BK", (16, 32, 64)), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": prune_blocks("BK", "q")})
 @triton.jit
 def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
                       dq, dk, dgk,  # outputs [TT, H, K]; dgk float32
@@ -710,7 +528,7 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
     """(gla.9) dq, dk and (gla.10) the log-decay gradient of one chunk, for one block of keys, from the
     strict intra-chunk parts dq°, dk° (`chunk_dqk_intra_kernel`), the states h and dH, and do, v."""
     i_k, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
-    start, end = _chunk(bounds, i_s)
+    start, end = slot_rows(bounds, i_s)
     if start >= end:
         return
     o_k = i_k * BK + tl.arange(0, BK)
@@ -727,17 +545,17 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
     b_v = tl.load(v + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_tv, other=0.0)
     b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_tv, other=0.0)
     dtype = b_v.dtype
-    b_bL = _row(b, end - 1, i_h, o_k, m_k, H, K)  # [BK]
-    b_q = _tile(q, rows, m_t, i_h, o_k, m_k, H, K)
-    b_k = _tile(k, rows, m_t, i_h, o_k, m_k, H, K)
-    b_b = tl.where(m_t[:, None], _tile(b, rows, m_t, i_h, o_k, m_k, H, K), b_bL[None, :])
+    b_bL = load_row(b, end - 1, i_h, o_k, m_k, H, K)  # [BK]
+    b_q = load_tile(q, rows, m_t, i_h, o_k, m_k, H, K)
+    b_k = load_tile(k, rows, m_t, i_h, o_k, m_k, H, K)
+    b_b = tl.where(m_t[:, None], load_tile(b, rows, m_t, i_h, o_k, m_k, H, K), b_bL[None, :])
     p_t = (rows[:, None] * H + i_h) * K + o_k[None, :]
     m_tk = m_t[:, None] & m_k[None, :]
     if _chunk_direct(b, start, end, i_h, H, K, BK):
         # (gla.12) dq°, dk° of the whole chunk through its first row: dA strictly below the diagonal
         b_dA = tl.dot(b_do, tl.trans(b_v), input_precision=F32_DOT)  # [BT, BT] do_r · v_s
         b_dA = tl.where(o_t[:, None] > o_t[None, :], b_dA, 0.0)
-        e_q, e_k = _chunk_factors(b_b, _row(b, start, i_h, o_k, m_k, H, K), m_t)
+        e_q, e_k = _chunk_factors(b_b, load_row(b, start, i_h, o_k, m_k, H, K), m_t)
         b_dq = e_q * tl.dot(b_dA, b_k * e_k, input_precision=F32_DOT) * scale
         b_dk = e_k * tl.dot(tl.trans(b_dA), b_q * e_q, input_precision=F32_DOT) * scale
     else:
@@ -749,18 +567,18 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
     prev = rows - 1
     m_p = m_t & (o_t > 0)
     b_vp = tl.load(v + (prev[:, None] * H + i_h) * V + o_v[None, :], mask=m_p[:, None] & m_v[None, :], other=0.0)
-    b_xp = (_tile(k, prev, m_p, i_h, o_k, m_k, H, K) * _exp(b_bL[None, :] - _tile(b, prev, m_p, i_h, o_k, m_k, H, K))
+    b_xp = (load_tile(k, prev, m_p, i_h, o_k, m_k, H, K) * exp_e(b_bL[None, :] - load_tile(b, prev, m_p, i_h, o_k, m_k, H, K))
             * tl.dot(b_vp.to(tl.float32), tl.trans(b_dh), input_precision=F32_DOT))  # [BT, BK]
-    b_state = _exp(b_bL) * tl.sum(b_h * b_dh, axis=1)  # exp(b_L) ⊙ rowsum(h ⊙ dH)
+    b_state = exp_e(b_bL) * tl.sum(b_h * b_dh, axis=1)  # exp(b_L) ⊙ rowsum(h ⊙ dH)
     # (gla.10) P = q ⊙ dq° − k ⊙ dk° + q̄ ⊙ (do hᵀ): every diagonal term left out
     b_dqbar = tl.dot(b_do, tl.trans(b_h.to(dtype)), input_precision=F32_DOT)  # [BT, BK]
-    b_p = b_q * b_dq - b_k * b_dk + b_q * _exp(b_b) * scale * b_dqbar
+    b_p = b_q * b_dq - b_k * b_dk + b_q * exp_e(b_b) * scale * b_dqbar
     b_dg = tl.cumsum(b_xp, axis=0) + b_state[None, :] + tl.cumsum(b_p, axis=0, reverse=True)
     # the diagonal terms (s = r), which carry no gate gradient, and the state terms of (gla.9)
     b_dA_diag = tl.sum(b_do.to(tl.float32) * b_v.to(tl.float32), axis=1)  # [BT] do_r · v_r
-    b_dq += scale * b_dA_diag[:, None] * b_k + _exp(b_b) * scale * b_dqbar
+    b_dq += scale * b_dA_diag[:, None] * b_k + exp_e(b_b) * scale * b_dqbar
     b_dkin = tl.dot(b_v.to(tl.float32), tl.trans(b_dh), input_precision=F32_DOT)  # [BT, BK]
-    b_dk += scale * b_dA_diag[:, None] * b_q + _exp(b_bL[None, :] - b_b) * b_dkin
+    b_dk += scale * b_dA_diag[:, None] * b_q + exp_e(b_bL[None, :] - b_b) * b_dkin
     tl.store(dq + p_t, b_dq.to(dq.dtype.element_ty), mask=m_tk)
     tl.store(dk + p_t, b_dk.to(dk.dtype.element_ty), mask=m_tk)
     tl.store(dgk + p_t, b_dg, mask=m_tk)

@@ -21,12 +21,13 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from .._bounds import bounds_rule
+from .._sharding import vary_like
+from .._bounds import bounds_rule, chunk_slots
 from .._precision import highest_precision
 from .._precision import round_to as _round  # the kernel's rounding, kept by XLA on GPU
 from ..recurrent.reference import recurrent_ref
 
-__all__ = ["chunk_bounds", "chunk_gla_ref", "chunk_slots", "chunked_packed", "log_decay", "parallel_ref",
+__all__ = ["chunk_gla_ref", "chunked_packed", "log_decay", "parallel_ref",
            "recurrent_ref"]
 
 HIGHEST = lax.Precision.HIGHEST
@@ -78,36 +79,6 @@ def parallel_ref(q, k, v, g=None, gk=None, *, scale=None, initial_state=None):
 # ----------------------------------------------------------------------------- chunks
 
 
-def chunk_slots(cu_seqlens, total: int, chunk_size: int):
-    """Where every chunk of every packed sequence lives: `(start, end, seq, first, last)`, each [NS].
-
-    Sequence n's chunk c gets slot `cu[n] // chunk_size + n + c`. Slots never collide (the next
-    sequence's first slot is at least one past this one's last), there are at most
-    NS = total // chunk_size + N + 1 of them, and unused slots have start = end (no rows). The
-    kernels use the same slots, for their grids and for the per-chunk states. `cu_seqlens` may be
-    traced; `total` (the packed length) and `chunk_size` are static.
-    """
-    cu = cu_seqlens.astype(jnp.int32)
-    N = cu.shape[0] - 1
-    NS = total // chunk_size + N + 1
-    lengths = cu[1:] - cu[:-1]
-    first_slot = cu[:-1] // chunk_size + jnp.arange(N, dtype=jnp.int32)  # strictly increasing
-    n_chunks = (lengths + chunk_size - 1) // chunk_size
-    slots = jnp.arange(NS, dtype=jnp.int32)
-    seq = jnp.clip(jnp.searchsorted(first_slot, slots, side="right").astype(jnp.int32) - 1, 0, N - 1)
-    c = slots - first_slot[seq]
-    used = (c >= 0) & (c < n_chunks[seq])
-    start = jnp.where(used, cu[seq] + c * chunk_size, 0)
-    end = jnp.where(used, jnp.minimum(start + chunk_size, cu[seq + 1]), 0)
-    return start, end, seq, used & (c == 0), used & (c == n_chunks[seq] - 1)
-
-
-def chunk_bounds(cu_seqlens, total: int, chunk_size: int):
-    """The kernels' slot table: int32 `[NS, 2]`, row `slot` = (start, end) of `chunk_slots`."""
-    start, end, *_ = chunk_slots(cu_seqlens, total, chunk_size)
-    return jnp.stack([start, end], axis=-1)
-
-
 @highest_precision
 def chunk_gla_ref(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, cu_seqlens=None,
                   chunk_size: int = 64):
@@ -125,7 +96,7 @@ def chunk_gla_ref(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, c
         cu = bounds_rule(cu_seqlens, T)  # any values (API.md): rows outside every sequence give zeros
         pack = lambda x: None if x is None else x[0]  # noqa: E731
     N = cu.shape[0] - 1
-    S0 = jnp.zeros((N, H, K, V), acc) if initial_state is None else initial_state.astype(acc)
+    S0 = vary_like(jnp.zeros((N, H, K, V), acc), q, k, v) if initial_state is None else initial_state.astype(acc)
     a = log_decay(pack(g), pack(gk), (B * T, H, K), acc)
     o, ST = chunked_packed(pack(q), pack(k), pack(v), a, S0, cu, scale=scale, chunk_size=chunk_size,
                            storage=storage)
@@ -170,7 +141,8 @@ def chunked_packed(q, k, v, a, S0, cu, *, scale, chunk_size, storage):
         finals = jnp.where(is_last, finals.at[n].set(h_next), finals)
         return (h_next, finals), h
 
-    (_, ST), h = lax.scan(step, (jnp.zeros((H, K, V), acc), S0), (decay, update, seq, first, last))
+    carry = vary_like(jnp.zeros((H, K, V), acc), decay, update, S0), vary_like(S0, decay, update)
+    (_, ST), h = lax.scan(step, carry, (decay, update, seq, first, last))
 
     # (gla.5) the boundary state read by q, plus attention inside the chunk
     q_bar = scale * q * jnp.exp(b)

@@ -3,9 +3,9 @@
     s_ij = scale · q_i·k_j (+ bias_ij),  s ← c·tanh(s / c) with softcap c,  masked entries −inf,
     o_i = Σ_j softmax_j(s_i, sink) v_j,   lse_i = log(Σ_j exp s_ij + exp sink)
 
-Triton forward and backward kernels (`kernels.py`), the pure-JAX reference (`reference.py`), the
-dropout hash both share (`dropout.py`) and the derivation (`NOTES.md`). This module is the glue:
-validation, packing a batch as sequences, the custom VJP.
+Triton forward and backward kernels (`kernels.py`; their per-tile steps in `steps.py`), the pure-JAX
+reference (`reference.py`), the dropout hash both share (`dropout.py`) and the derivation (`NOTES.md`).
+This module is the glue: validation, packing a batch as sequences, sharding, the custom VJP.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import triton
 
 from .. import _checks
 from .._bounds import inside_rows, keep_inside, packed_bounds
+from .._sharding import Dims, explicitly_sharded, per_device, summed_like
 from ..launch import absent, triton_call
 from . import kernels
 from ._validate import Static, validate
@@ -47,27 +48,13 @@ class Tuning:
     forward_loads: how the forward reads K and V. "pointers": masked pointer loads; "tma": tensor
         descriptors made on the device (Hopper's TMA copy engine on a GPU; rows past the sequence and
         columns past D read as 0, as the masked loads give). Descriptors need rows of a multiple of 16
-        bytes (D a multiple of 8 in 16-bit dtypes, of 4 in float32). Not yet timed on a GPU.
-    forward_schedule: the forward kernel's schedule. "pipelined": software-pipelined loads (`split_rows`
-        and `forward_loads` apply). "warp_specialized": Q, K and V through tensor descriptors and one
-        key loop that Triton warp-specializes on Hopper (a warp group issuing TMA loads, two
-        computing); every visited tile is masked unless none needs it. It takes causal masks, windows,
-        softcap, sinks, dropout, GQA and packed sequences, not a bias, segment ids or float32, and
-        D ≤ 128 with rows of a multiple of 16 bytes (ValueError otherwise). Not yet timed on a GPU.
-    backward_schedule: the backward kernels' schedule. "pipelined": as `dq` says. "warp_specialized":
-        a dK/dV pass per query head and a dQ pass, each one loop over tensor-descriptor loads that
-        Triton warp-specializes on Hopper (atomics would stop it, so dq is formed by its own pass and
-        is reproducible; `dq="atomic"` with it is a ValueError); with GQA each query head's dK, dV are
-        summed over its group afterwards. Takes what `forward_schedule="warp_specialized"` takes.
-        Not yet timed on a GPU.
+        bytes (D a multiple of 8 in 16-bit dtypes, of 4 in float32).
     """
 
     backward: Literal["triton", "reference"] = "triton"
     split_rows: bool | None = None
     dq: Literal["atomic", "pass"] | None = None
     forward_loads: Literal["pointers", "tma"] = "pointers"
-    forward_schedule: Literal["pipelined", "warp_specialized"] = "pipelined"
-    backward_schedule: Literal["pipelined", "warp_specialized"] = "pipelined"
 
     def __post_init__(self):
         if self.backward not in ("triton", "reference"):
@@ -78,13 +65,6 @@ class Tuning:
             raise ValueError(f"Tuning.dq: expected None, 'atomic' or 'pass', got {self.dq!r}")
         if self.forward_loads not in ("pointers", "tma"):
             raise ValueError(f"Tuning.forward_loads: expected 'pointers' or 'tma', got {self.forward_loads!r}")
-        for field in ("forward_schedule", "backward_schedule"):
-            if getattr(self, field) not in ("pipelined", "warp_specialized"):
-                raise ValueError(f"Tuning.{field}: expected 'pipelined' or 'warp_specialized', "
-                                 f"got {getattr(self, field)!r}")
-        if self.backward_schedule == "warp_specialized" and self.dq == "atomic":
-            raise ValueError("Tuning.dq='atomic' with backward_schedule='warp_specialized': the specialized backward "
-                             "forms dq in its own pass (atomics stop Triton's specialization); leave dq None or 'pass'")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,10 +115,32 @@ def flash_attention(q, k, v, *, causal=False, scale=None, sliding_window=None, s
                     sinks=sinks, bias=bias, segment_ids=segment_ids, cu_seqlens_q=cu_seqlens_q,
                     cu_seqlens_k=cu_seqlens_k, dropout_rate=dropout_rate, dropout_key=dropout_key,
                     return_lse=return_lse, impl=impl)
-    B, Tq, H, _ = q.shape
-    Tk = k.shape[1]
     seeds = dropout_seeds(dropout_key) if spec.dropout_rate > 0 else None
     q_seg, kv_seg = (None, None) if segment_ids is None else segment_ids
+    arrays = dict(q=q, k=k, v=v, sinks=sinks, bias=bias, q_seg=q_seg, kv_seg=kv_seg, cu_seqlens_q=cu_seqlens_q,
+                  cu_seqlens_k=cu_seqlens_k, seeds=seeds)
+    if seeds is not None and explicitly_sharded(q, k, v, bias):
+        raise ValueError(f"dropout_rate: dropout on inputs sharded over explicit mesh axes is not supported: the "
+                         f"keep-mask hashes each element's global (batch, head) position, which a device's shard "
+                         f"does not know (q {jax.typeof(q)}); gather them, or run without dropout")
+    body = functools.partial(_flash_attention, spec=spec, impl=impl, tuning=tuning or Tuning())
+    o, lse = per_device("flash_attention", body, arrays, _DIMS, (Dims("B T H D"), Dims("B H T", 0, 1)),
+                        hint="for a sequence sharded across devices use workbench.ring_attention or "
+                             "workbench.sharded_ring_attention")
+    return (o, lse) if spec.return_lse else o
+
+
+_DIMS = {"q": Dims("B Tq H D"), "k": Dims("B Tk Hkv D"), "v": Dims("B Tk Hkv D"), "sinks": Dims("H", None, 0),
+         "bias": Dims("B H Tq Tk", 0, 1), "q_seg": Dims("B Tq", 0, None), "kv_seg": Dims("B Tk", 0, None),
+         "cu_seqlens_q": Dims("N+1", None, None), "cu_seqlens_k": Dims("N+1", None, None),
+         "seeds": Dims("2", None, None)}
+
+
+def _flash_attention(q, k, v, sinks, bias, q_seg, kv_seg, cu_seqlens_q, cu_seqlens_k, seeds, *, spec: Static,
+                     impl: str, tuning: Tuning):
+    """(o, lse) of `flash_attention` on one device's arrays (all of them, or its shard of the batch and heads)."""
+    B, Tq, H, _ = q.shape
+    Tk = k.shape[1]
     varlen = cu_seqlens_q is not None
     # Every kernel sees packed sequences (a batch row is one). Traced bounds go through the bounds rule
     # (API.md): a query row outside every sequence sees nothing, a key outside is seen by no query.
@@ -146,13 +148,11 @@ def flash_attention(q, k, v, *, causal=False, scale=None, sliding_window=None, s
     cu_k, inside_k = packed_bounds(cu_seqlens_k, B, Tk, "cu_seqlens_k")
     if impl == "reference":
         mask = None if seeds is None else keep_from_seeds(seeds, (B, H, Tq, Tk), spec.dropout_rate)
-        o, lse = _reference(q, k, v, sinks, bias, q_seg, kv_seg, *((cu_q, cu_k) if varlen else (None, None)),
-                            mask, spec)
-    else:
-        static = _Static(spec=spec, varlen=varlen, tuning=tuning or Tuning())
-        q, k, v = keep_inside(q, inside_q), keep_inside(k, inside_k), keep_inside(v, inside_k)
-        o, lse = _flash(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static)
-    return (o, lse) if spec.return_lse else o
+        return _reference(q, k, v, sinks, bias, q_seg, kv_seg, *((cu_q, cu_k) if varlen else (None, None)),
+                          mask, spec)
+    static = _Static(spec=spec, varlen=varlen, tuning=tuning)
+    q, k, v = keep_inside(q, inside_q), keep_inside(k, inside_k), keep_inside(v, inside_k)
+    return _flash(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static)
 
 
 def _reference(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, mask, spec: Static):
@@ -197,29 +197,10 @@ def _packed(x):
 
 
 def _forward_kernel(static: _Static):
-    if static.tuning.forward_schedule == "warp_specialized":
-        return kernels.flash_fwd_specialized_kernel
     split = static.tuning.split_rows
     if split is None:
         split = not static.spec.causal and static.spec.window is None
     return kernels.flash_fwd_split_kernel if split else kernels.flash_fwd_banded_kernel
-
-
-def _check_specialized(q, bias, q_seg, field="forward_schedule"):
-    """What `Tuning(<field>="warp_specialized")` cannot run, as a ValueError naming it."""
-    what = f"Tuning.{field}='warp_specialized'"
-    D = q.shape[-1]
-    if bias is not None:
-        raise ValueError(f"{what}: takes no bias (its tiles would be pointer loads in the specialized loop); "
-                         f"got bias of shape {tuple(bias.shape)}")
-    if q_seg is not None:
-        raise ValueError(f"{what}: takes no segment_ids (pointer loads in the specialized loop); "
-                         f"got q ids of shape {tuple(q_seg.shape)}")
-    if q.dtype == jnp.float32:
-        raise ValueError(f"{what}: needs bfloat16 or float16 inputs, got float32 (q shape {tuple(q.shape)})")
-    if D > 128 or (D * q.dtype.itemsize) % 16:
-        raise ValueError(f"{what}: needs D ≤ 128 with rows of a multiple of 16 bytes (tensor descriptors), "
-                         f"got D = {D} in {q.dtype.name} (q shape {tuple(q.shape)})")
 
 
 def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _Static, keep_f32: bool = False):
@@ -231,10 +212,6 @@ def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _St
     if loads != "pointers" and (D * q.dtype.itemsize) % 16:
         raise ValueError(f"Tuning.forward_loads={loads!r}: tensor descriptors need rows of a multiple of 16 bytes, "
                          f"got D = {D} in {q.dtype.name} (q shape {tuple(q.shape)})")
-    specialized = static.tuning.forward_schedule == "warp_specialized"
-    if specialized:
-        _check_specialized(q, bias, q_seg)
-    extra = {} if specialized else {"TMA": loads == "tma"}
     o, lse, o_f32 = triton_call(
         _packed(q), _packed(k), _packed(v), cu_q, cu_k, arrays["bias"], arrays["q_seg"], arrays["kv_seg"],
         arrays["sinks"], arrays["seeds"],
@@ -242,7 +219,7 @@ def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _St
         out_shape=[jax.ShapeDtypeStruct((1, B * Tq, H, D), q.dtype), jax.ShapeDtypeStruct((B, H, Tq), jnp.float32),
                    jax.ShapeDtypeStruct((1, B * Tq, H, D) if keep_f32 else (0,), jnp.float32)],
         grid=lambda m: (triton.cdiv(B * Tq if static.varlen else Tq, m["BM"]), N * H),
-        name="workbench_flash_fwd", KEEP_F32=keep_f32, **extra, **scalars, **meta,
+        name="workbench_flash_fwd", KEEP_F32=keep_f32, TMA=loads == "tma", **scalars, **meta,
     )
     o, o_f32 = o.reshape(q.shape), (o_f32.reshape(q.shape) if keep_f32 else None)
     if static.varlen:  # rows outside every sequence (the bounds rule) are never written: an empty row's values
@@ -276,27 +253,6 @@ def _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse, do
     arrays, scalars, meta = _launch_args(q, k, sinks, bias, q_seg, kv_seg, seeds, static)
     tensors = (_packed(q), _packed(k), _packed(v), _packed(do.astype(q.dtype)), lse2, delta, cu_q, cu_k,
                arrays["bias"], arrays["q_seg"], arrays["kv_seg"], arrays["seeds"])
-    if static.tuning.backward_schedule == "warp_specialized":
-        _check_specialized(q, bias, q_seg, "backward_schedule")
-        G = H // HKV
-        # one program per (key block, query head): with GQA each query head's dK, dV in float32, summed over
-        # the group below (fa.9); without it they are the gradients themselves
-        dk, dv = triton_call(
-            *tensors, kernel=kernels.flash_bwd_dkdv_specialized_kernel,
-            out_shape=[jax.ShapeDtypeStruct((1, B * Tk, H, D), f32 if G > 1 else grad_dtype or k.dtype)] * 2,
-            grid=lambda m: (triton.cdiv(B * Tk if static.varlen else Tk, m["BN"]), N * H),
-            name="workbench_flash_bwd_dkdv_specialized", **scalars, **meta,
-        )
-        if G > 1:
-            dk, dv = (x.reshape(1, B * Tk, HKV, G, D).sum(3).astype(grad_dtype or k.dtype) for x in (dk, dv))
-        (dq,) = triton_call(
-            *tensors, kernel=kernels.flash_bwd_dq_specialized_kernel,
-            out_shape=[jax.ShapeDtypeStruct((1, B * Tq, H, D), grad_dtype or q.dtype)],
-            grid=lambda m: (triton.cdiv(B * Tq if static.varlen else Tq, m["BM"]), N * H),
-            name="workbench_flash_bwd_dq_specialized", **scalars, **meta,
-        )
-        dsinks = _dsinks(sinks, lse, delta)
-        return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape), dsinks, None
     dbias_shape = (B, H, Tq, Tk) if bias is not None else (0,)
     atomic = static.tuning.dq in (None, "atomic")
     # with atomic dQ the dK/dV pass also adds dQ (float32, unscaled) and writes dbias, into zeroed outputs
@@ -359,7 +315,8 @@ def _flash_bwd(static: _Static, residuals, cotangents):
     else:
         dq, dk, dv, dsinks, dbias = _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse,
                                               do, dlse, static)
-    return dq, dk, dv, dsinks, dbias, None, None, None, None, None
+    grads = (summed_like(g, x) for g, x in zip((dq, dk, dv, dsinks, dbias), (q, k, v, sinks, bias)))
+    return *grads, None, None, None, None, None
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)

@@ -6,7 +6,8 @@ The gated delta rule with a per-key decay g `[B, T, H, K]` and a write strength 
 
 `recurrent_kda` runs it token by token; `chunk_kda` chunk by chunk, in the WY representation inside
 each chunk, with a backward that fuses the WY backward with the dq/dk/dg computation. Triton
-kernels (`kernels.py`), the pure-JAX references (`reference.py`) and the derivation (`NOTES.md`).
+kernels by stage (`forward_kernels.py`, `sweep_kernels.py`, `backward_kernels.py`, `recurrent_kernels.py`,
+shared steps in `steps.py`), the pure-JAX references (`reference.py`) and the derivation (`NOTES.md`).
 This module is the glue: validation, packing, the custom VJPs.
 """
 
@@ -21,12 +22,11 @@ import jax.numpy as jnp
 import triton
 
 from .. import _checks
-from .._bounds import keep_inside, packed_bounds, stand_ins
-from ..chunk_gla import _sm_count
-from ..chunk_gla.reference import chunk_bounds
-from ..launch import triton_call
-from ..recurrent import _validate as _validate_common
-from . import kernels
+from .._bounds import chunk_bounds, keep_inside, packed_bounds, stand_ins
+from .._sharding import SEQUENCE_HINT, linear_dims, linear_out_dims, per_device, summed_grads, vary_like
+from ..launch import sm_count, triton_call
+from .. import tl_chunked
+from . import backward_kernels, forward_kernels, recurrent_kernels, steps, sweep_kernels
 from .reference import chunk_kda_ref, chunked_packed, recurrent_kda_ref
 
 __all__ = ["chunk_kda", "recurrent_kda", "Tuning", "CHUNK_SIZES", "state_segments"]
@@ -54,7 +54,7 @@ class Tuning:
     fused_backward: (chunk_kda) True runs the WY backward and the state parts of dq/dk/dg in one
         kernel; False in two, dw passing through memory (for timing the fusion).
     whole_chunk: (chunk_kda) True forms L and Aqk of a chunk whose log-decays span at most
-        `kernels.WHOLE_RANGE` with two whole-chunk products, and their backward with four (NOTES.md,
+        `steps.WHOLE_RANGE` with two whole-chunk products, and their backward with four (NOTES.md,
         kda.17); False always sub-chunk by sub-chunk (for testing that path on mild gates, and timing).
     fused_forward: (chunk_kda) True runs everything before the state sweep (b, A, Aqk, w, u, k̂, q̄) in one
         kernel per chunk, each part reading what the one before stored while it is still in cache; False in
@@ -113,7 +113,7 @@ class _Static:
 
 def _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, impl) -> int:
     """The conventions of `workbench.recurrent` for q, k, v, scale, initial_state and cu_seqlens; then g and β."""
-    N = _validate_common(q, k, v, None, None, None, None, scale, initial_state, cu_seqlens, impl)
+    N = _checks.linear_attention(q, k, v, None, None, None, None, scale, initial_state, cu_seqlens, impl)
     B, T, H, K = q.shape
     shapes = f"from q {tuple(q.shape)}"
     dtypes = _checks.float_dtypes(impl)
@@ -129,11 +129,13 @@ def _chunk_size(chunk_size, q):
         raise ValueError(f"chunk_size: expected one of {CHUNK_SIZES}, got {chunk_size!r} (q {tuple(q.shape)})")
 
 
-def _packed(q, k, v, g, beta, initial_state, cu, inside, N):
+def _packed(q, k, v, g, beta, initial_state, cu, inside):
     """(rows [B·T, H, ·] of every input, zero outside every sequence; h0 [N, H, K, V] float32)."""
     B, T, H, K = q.shape
     V = v.shape[-1]
-    h0 = jnp.zeros((N, H, K, V), jnp.float32) if initial_state is None else initial_state.astype(jnp.float32)
+    N = cu.shape[0] - 1
+    h0 = (vary_like(jnp.zeros((N, H, K, V), jnp.float32), q, k, v) if initial_state is None
+          else initial_state.astype(jnp.float32))
     rows = [keep_inside(x, inside).reshape(B * T, *x.shape[2:]) for x in (q, k, v, g, beta)]
     return rows, h0
 
@@ -169,21 +171,25 @@ def chunk_kda(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=No
       ((1, 40, 2, 16), (1, 2, 16, 16))
     """
     impl = _checks.implementation_name(implementation)
-    N = _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, impl)
+    _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, impl)
     _chunk_size(chunk_size, q)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    if impl == "reference":
-        cu, _ = packed_bounds(cu_seqlens, *q.shape[:2])  # checkify's check of traced bounds
-        return chunk_kda_ref(q, k, v, g, beta, scale=scale, initial_state=initial_state,
-                             cu_seqlens=None if cu_seqlens is None else cu, chunk_size=chunk_size)
-    return _chunk_kda_triton(q, k, v, g, beta, initial_state, cu_seqlens, N,
-                             _Static(scale=scale, chunk_size=chunk_size, tuning=tuning or Tuning()))
+    static = _Static(scale=scale, chunk_size=chunk_size, tuning=tuning or Tuning())
+    body = functools.partial(_chunk_kda, static=static, impl=impl)
+    return per_device("chunk_kda", body, dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state,
+                                              cu_seqlens=cu_seqlens),
+                      linear_dims(cu_seqlens is not None), linear_out_dims(cu_seqlens is not None),
+                      hint=SEQUENCE_HINT)
 
 
-def _chunk_kda_triton(q, k, v, g, beta, initial_state, cu_seqlens, N, static: _Static):
+def _chunk_kda(q, k, v, g, beta, initial_state, cu_seqlens, *, static: _Static, impl: str = "triton"):
+    """`chunk_kda` on one device's arrays (all of them, or its shard of the batch and heads)."""
     B, T, H, _ = q.shape
     cu, inside = packed_bounds(cu_seqlens, B, T)  # traced bounds: the bounds rule (API.md)
-    rows, h0 = _packed(q, k, v, g, beta, initial_state, cu, inside, N)
+    if impl == "reference":
+        return chunk_kda_ref(q, k, v, g, beta, scale=static.scale, initial_state=initial_state,
+                             cu_seqlens=None if cu_seqlens is None else cu, chunk_size=static.chunk_size)
+    rows, h0 = _packed(q, k, v, g, beta, initial_state, cu, inside)
     o, ht = _chunk_kda_packed(*rows, h0, cu, static)
     return keep_inside(o.reshape(B, T, H, v.shape[-1]), inside), ht
 
@@ -194,11 +200,11 @@ def chunk_kda_wy_variant(q, k, v, g, beta, *, variant: str, scale=None, initial_
     review question's four ways, two of them wrong. Internal: for its test and notebook only."""
     if variant not in WY_VARIANTS:
         raise ValueError(f"variant: expected one of {sorted(WY_VARIANTS)}, got {variant!r}")
-    N = _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, "triton")
+    _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, "triton")
     _chunk_size(chunk_size, q)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    return _chunk_kda_triton(q, k, v, g, beta, initial_state, cu_seqlens, N,
-                             _Static(scale=scale, chunk_size=chunk_size, tuning=Tuning(), wy_variant=variant))
+    return _chunk_kda(q, k, v, g, beta, initial_state, cu_seqlens,
+                      static=_Static(scale=scale, chunk_size=chunk_size, tuning=Tuning(), wy_variant=variant))
 
 
 # ----------------------------------------------------------------------------- chunked kernels
@@ -225,7 +231,7 @@ def _inv_dot(q) -> str:
 
 def _whole_span(static: _Static) -> float:
     """(kda.17) The chunk span up to which the intra kernels take whole-chunk products; −1: never."""
-    return kernels.WHOLE_RANGE if static.tuning.whole_chunk else -1.0
+    return steps.WHOLE_RANGE if static.tuning.whole_chunk else -1.0
 
 
 def _state_sweep(q, k, khat, w, u, do, b, Aqk, init, cu, bounds, static: _Static, tune, *, reverse: bool,
@@ -245,38 +251,38 @@ def _state_sweep(q, k, khat, w, u, do, b, Aqk, init, cu, bounds, static: _Static
     rows_v = jax.ShapeDtypeStruct((TT, H, V), values.dtype)
     n_seg = static.tuning.segments
     if n_seg is None:
-        n_seg = state_segments(N * H, triton.cdiv(TT, static.chunk_size), _sm_count())
+        n_seg = state_segments(N * H, triton.cdiv(TT, static.chunk_size), sm_count())
     common = dict(H=H, K=K, V=V, BT=static.chunk_size, BK=BK, F32_DOT=_f32_dot(w))
     if n_seg == 1:
         grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H)  # noqa: E731
         if reverse:
-            return (*triton_call(q, k, w, b, Aqk, do, init, cu, bounds, kernel=kernels.chunk_kda_dh_kernel,
+            return (*triton_call(q, k, w, b, Aqk, do, init, cu, bounds, kernel=sweep_kernels.chunk_kda_dh_kernel,
                                  out_shape=[state(N), state(NS), rows_v], grid=grid, tune_inputs=tune,
                                  name="workbench_kda_dh", scale=static.scale, **common), None)
-        return (*triton_call(khat, w, u, b, init, cu, bounds, kernel=kernels.chunk_kda_h_kernel,
+        return (*triton_call(khat, w, u, b, init, cu, bounds, kernel=sweep_kernels.chunk_kda_h_kernel,
                              out_shape=[state(N), state(NS, states_dtype), rows_v], grid=grid, tune_inputs=tune,
                              name="workbench_kda_h", **common), None)
     segment = dict(scale=static.scale, NSEG=n_seg, REVERSE=reverse, **common)
     A_sweep = Aqk if reverse else None  # the forward sweeps read no Aqk (the fused output below does)
     ends, trans = triton_call(
-        q, k, khat, w, u, do, b, A_sweep, cu, bounds, kernel=kernels.chunk_kda_segment_kernel,
+        q, k, khat, w, u, do, b, A_sweep, cu, bounds, kernel=sweep_kernels.chunk_kda_segment_kernel,
         out_shape=[state(N * n_seg), state(N * n_seg, cols=K)],
         grid=lambda meta: (triton.cdiv(V + K, meta["BV"]), N * H * n_seg), tune_inputs=tune,
         name="workbench_kda_segment_sweep", **segment)
     starts, final = triton_call(
-        ends, trans, init, kernel=kernels.chunk_state_pass_kernel, out_shape=[state(N * n_seg), state(N)],
+        ends, trans, init, kernel=tl_chunked.chunk_state_pass_kernel, out_shape=[state(N * n_seg), state(N)],
         grid=(triton.cdiv(V, 32), N * H), name="workbench_kda_state_pass", H=H, K=K, V=V, BK=BK, BV=32, NSEG=n_seg,
         REVERSE=reverse, MATRIX=True)
     grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H * n_seg)  # noqa: E731
     if not reverse and qbar is not None and static.tuning.fused_output:
         unused = jax.ShapeDtypeStruct((1,), states_dtype)  # never written: STORE is off
         o, states, delta = triton_call(
-            khat, w, u, b, qbar, Aqk, starts, cu, bounds, kernel=kernels.chunk_kda_resweep_o_kernel,
+            khat, w, u, b, qbar, Aqk, starts, cu, bounds, kernel=sweep_kernels.chunk_kda_resweep_o_kernel,
             out_shape=[rows_v] + ([state(NS, states_dtype), rows_v] if save else [unused, unused]), grid=grid,
             tune_inputs=tune, name="workbench_kda_resweep_o", NSEG=n_seg, STORE=save, **common)
         return (final, states, delta, o) if save else (final, None, None, o)
     states, delta = triton_call(
-        q, k, khat, w, u, do, b, A_sweep, starts, cu, bounds, kernel=kernels.chunk_kda_resweep_kernel,
+        q, k, khat, w, u, do, b, A_sweep, starts, cu, bounds, kernel=sweep_kernels.chunk_kda_resweep_kernel,
         out_shape=[state(NS, states_dtype), rows_v], grid=grid, tune_inputs=tune,
         name="workbench_kda_resweep", **segment)
     return final, states, delta, None
@@ -303,20 +309,20 @@ def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
                  **common)
     if static.tuning.fused_forward:
         b, A, Aqk, w, u, qbar, khat = triton_call(
-            q, k, v, g, beta, bounds, kernel=kernels.chunk_kda_fwd_prep_kernel, out_shape=[b_shape, *A_shapes, *wu_shapes],
+            q, k, v, g, beta, bounds, kernel=forward_kernels.chunk_kda_fwd_prep_kernel, out_shape=[b_shape, *A_shapes, *wu_shapes],
             grid=(NS, H), tune_inputs=tune, name="workbench_kda_fwd_prep", V=V, **intra)
     else:
-        b = triton_call(g, bounds, kernel=kernels.chunk_cumsum_kernel, out_shape=b_shape, grid=(NS, H),
+        b = triton_call(g, bounds, kernel=tl_chunked.chunk_cumsum_kernel, out_shape=b_shape, grid=(NS, H),
                         tune_inputs=tune, name="workbench_kda_cumsum", **common)
-        A, Aqk = triton_call(q, k, b, beta, bounds, kernel=kernels.chunk_kda_intra_kernel, out_shape=A_shapes,
+        A, Aqk = triton_call(q, k, b, beta, bounds, kernel=forward_kernels.chunk_kda_intra_kernel, out_shape=A_shapes,
                              grid=(NS, H), tune_inputs=tune, name="workbench_kda_intra", **intra)
-        w, u, qbar, khat = triton_call(q, k, v, b, beta, A, bounds, kernel=kernels.chunk_kda_wu_kernel,
+        w, u, qbar, khat = triton_call(q, k, v, b, beta, A, bounds, kernel=forward_kernels.chunk_kda_wu_kernel,
                                        out_shape=wu_shapes, grid=(NS, H), tune_inputs=tune, name="workbench_kda_wu",
                                        scale=static.scale, H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
     ht, hs, delta, o = _state_sweep(None, None, khat, w, u, None, b, Aqk, h0, cu, bounds, static, tune,
                                     reverse=False, states_dtype=f32 if save else q.dtype, qbar=qbar, save=save)
     if o is None:
-        o = triton_call(qbar, Aqk, delta, hs, bounds, kernel=kernels.chunk_kda_o_kernel,
+        o = triton_call(qbar, Aqk, delta, hs, bounds, kernel=forward_kernels.chunk_kda_o_kernel,
                         out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
                         grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), tune_inputs=tune,
                         name="workbench_kda_o", V=V, F32_DOT=_f32_dot(q), **common)
@@ -344,22 +350,22 @@ def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static):
     if static.tuning.fused_backward:
         a_t_pointer, trans_a = WY_VARIANTS[static.wy_variant]
         dq_s, dk_s, dv, dg_s, dbeta_s, dAqk, dL = triton_call(
-            q, k, v, b, beta, A, delta, ddelta, do, hs, dhs, bounds, kernel=kernels.chunk_kda_bwd_wy_dqkg_fused_kernel,
+            q, k, v, b, beta, A, delta, ddelta, do, hs, dhs, bounds, kernel=backward_kernels.chunk_kda_bwd_wy_dqkg_fused_kernel,
             out_shape=[rows_k, rows_k, dv_shape, rows_k, rows_1, matrix, matrix], grid=(NS, H),
             tune_inputs=tune, name="workbench_kda_bwd_wy_dqkg_fused", scale=static.scale, A_T_POINTER=a_t_pointer,
             TRANS_A=trans_a, **common)
     else:
         dq_s, dk_i, dg_i, dw, dAqk = triton_call(
-            q, k, v, b, delta, ddelta, do, hs, dhs, bounds, kernel=kernels.chunk_kda_bwd_inter_kernel,
+            q, k, v, b, delta, ddelta, do, hs, dhs, bounds, kernel=backward_kernels.chunk_kda_bwd_inter_kernel,
             out_shape=[rows_k, rows_k, rows_k, rows_k, matrix], grid=(NS, H), tune_inputs=tune,
             name="workbench_kda_bwd_inter", scale=static.scale, **common)
         dk_s, dg_s, dv, dbeta_s, dL = triton_call(
-            q, k, v, b, beta, A, ddelta, dw, dk_i, dg_i, bounds, kernel=kernels.chunk_kda_bwd_wy_kernel,
+            q, k, v, b, beta, A, ddelta, dw, dk_i, dg_i, bounds, kernel=backward_kernels.chunk_kda_bwd_wy_kernel,
             out_shape=[rows_k, rows_k, dv_shape, rows_1, matrix], grid=(NS, H), tune_inputs=tune,
             name="workbench_kda_bwd_wy", **common)
     common.pop("V")
     dq, dk, dg, dbeta = triton_call(
-        q, k, b, beta, dAqk, dL, dq_s, dk_s, dg_s, dbeta_s, bounds, kernel=kernels.chunk_kda_bwd_intra_kernel,
+        q, k, b, beta, dAqk, dL, dq_s, dk_s, dg_s, dbeta_s, bounds, kernel=backward_kernels.chunk_kda_bwd_intra_kernel,
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype), rows_k, rows_1],
         grid=(NS, H), tune_inputs=tune, name="workbench_kda_bwd_intra", scale=static.scale,
         WHOLE_SPAN=_whole_span(static), **common)
@@ -387,10 +393,10 @@ def _chunk_kda_packed_bwd(static: _Static, residuals, cotangents):
     do, dht = cotangents
     if static.tuning.backward == "reference":
         _, vjp = jax.vjp(lambda *x: _reference_packed(*x, cu, static), q, k, v, g, beta, h0)
-        return (*vjp((do, dht)), None)
+        return summed_grads((*vjp((do, dht)), None), (q, k, v, g, beta, h0))
     dq, dk, dv, dg, dbeta, dh0 = _backward(q, k, v, beta, cu, saved, do.astype(v.dtype), dht.astype(jnp.float32),
                                            static)
-    return dq, dk, dv, dg.astype(g.dtype), dbeta.astype(beta.dtype), dh0, None
+    return summed_grads((dq, dk, dv, dg.astype(g.dtype), dbeta.astype(beta.dtype), dh0, None), (q, k, v, g, beta, h0))
 
 
 _chunk_kda_packed.defvjp(_chunk_kda_packed_fwd, _chunk_kda_packed_bwd)
@@ -417,21 +423,31 @@ def recurrent_kda(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlen
       ((1, 12, 2, 8), (1, 2, 8, 8))
     """
     impl = _checks.implementation_name(implementation)
-    N = _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, impl)
+    _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, impl)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    body = functools.partial(_recurrent_kda, static=_Static(scale=scale, chunk_size=0, tuning=tuning or Tuning()),
+                             impl=impl)
+    return per_device("recurrent_kda", body, dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state,
+                                                  cu_seqlens=cu_seqlens),
+                      linear_dims(cu_seqlens is not None), linear_out_dims(cu_seqlens is not None),
+                      hint=SEQUENCE_HINT)
+
+
+def _recurrent_kda(q, k, v, g, beta, initial_state, cu_seqlens, *, static: _Static, impl: str):
+    """`recurrent_kda` on one device's arrays (all of them, or its shard of the batch and heads)."""
     B, T, H, _ = q.shape
     cu, inside = packed_bounds(cu_seqlens, B, T)  # traced bounds: the bounds rule (API.md)
     if impl == "reference":
-        return recurrent_kda_ref(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+        return recurrent_kda_ref(q, k, v, g, beta, scale=static.scale, initial_state=initial_state,
                                  cu_seqlens=None if cu_seqlens is None else cu)
-    rows, h0 = _packed(q, k, v, g, beta, initial_state, cu, inside, N)
-    o, ht = _recurrent_kda_packed(*rows, h0, cu, _Static(scale=scale, chunk_size=0, tuning=tuning or Tuning()))
+    rows, h0 = _packed(q, k, v, g, beta, initial_state, cu, inside)
+    o, ht = _recurrent_kda_packed(*rows, h0, cu, static)
     return keep_inside(o.reshape(B, T, H, v.shape[-1]), inside), ht
 
 
 def _n_checkpoints(TT: int, N: int) -> int:
     """Checkpoint slots: sequence n's chunk c of CHUNK steps lives at bos // CHUNK + n + c."""
-    return TT // kernels.CHUNK + N + 1
+    return TT // recurrent_kernels.CHUNK + N + 1
 
 
 def _recurrent_forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool):
@@ -440,11 +456,11 @@ def _recurrent_forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool):
     N = cu.shape[0] - 1
     ckpt = jax.ShapeDtypeStruct((_n_checkpoints(TT, N), H, K, V) if save else (0,), jnp.float32)
     o, ht, ckpt = triton_call(
-        q, k, v, g, beta, h0, cu, kernel=kernels.recurrent_kda_fwd_kernel,
+        q, k, v, g, beta, h0, cu, kernel=recurrent_kernels.recurrent_kda_fwd_kernel,
         out_shape=[jax.ShapeDtypeStruct(v.shape, v.dtype), jax.ShapeDtypeStruct((N, H, K, V), jnp.float32), ckpt],
         grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H), name="workbench_recurrent_kda_fwd",
         tune_inputs=stand_ins(N, TT), scale=static.scale, H=H, K=K, V=V, BK=triton.next_power_of_2(K),
-        CHUNK=kernels.CHUNK)
+        CHUNK=recurrent_kernels.CHUNK)
     return o, ht, (ckpt if save else None)
 
 
@@ -457,12 +473,12 @@ def _recurrent_backward(q, k, v, g, beta, ckpt, cu, do, dht, static: _Static):
     NV = triton.cdiv(V, BV)
     f32 = jnp.float32
     dq, dk, dg, dbeta, dv, dh0, _ = triton_call(
-        q, k, v, g, beta, do, dht, ckpt, cu, kernel=kernels.recurrent_kda_bwd_kernel,
+        q, k, v, g, beta, do, dht, ckpt, cu, kernel=recurrent_kernels.recurrent_kda_bwd_kernel,
         out_shape=[jax.ShapeDtypeStruct((NV, TT, H, K), f32)] * 3 + [
             jax.ShapeDtypeStruct((NV, TT, H), f32), jax.ShapeDtypeStruct(v.shape, v.dtype),
-            jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NV * N * H, kernels.CHUNK, BK, BV), f32)],
+            jax.ShapeDtypeStruct((N, H, K, V), f32), jax.ShapeDtypeStruct((NV * N * H, recurrent_kernels.CHUNK, BK, BV), f32)],
         grid=(NV, N * H), name="workbench_recurrent_kda_bwd", num_warps=4, tune_inputs=stand_ins(N, TT),
-        scale=static.scale, H=H, K=K, V=V, BK=BK, BV=BV, CHUNK=kernels.CHUNK)
+        scale=static.scale, H=H, K=K, V=V, BK=BK, BV=BV, CHUNK=recurrent_kernels.CHUNK)
     return dq.sum(0), dk.sum(0), dv, dg.sum(0), dbeta.sum(0), dh0  # partial sums over value blocks
 
 
@@ -487,10 +503,11 @@ def _recurrent_kda_packed_bwd(static: _Static, residuals, cotangents):
             return o[0], ht
 
         _, vjp = jax.vjp(reference, q, k, v, g, beta, h0)
-        return (*vjp((do, dht)), None)
+        return summed_grads((*vjp((do, dht)), None), (q, k, v, g, beta, h0))
     dq, dk, dv, dg, dbeta, dh0 = _recurrent_backward(q, k, v, g, beta, ckpt, cu, do.astype(v.dtype),
                                                      dht.astype(jnp.float32), static)
-    return (dq.astype(q.dtype), dk.astype(k.dtype), dv, dg.astype(g.dtype), dbeta.astype(beta.dtype), dh0, None)
+    return summed_grads((dq.astype(q.dtype), dk.astype(k.dtype), dv, dg.astype(g.dtype), dbeta.astype(beta.dtype), dh0,
+                         None), (q, k, v, g, beta, h0))
 
 
 _recurrent_kda_packed.defvjp(_recurrent_kda_packed_fwd, _recurrent_kda_packed_bwd)

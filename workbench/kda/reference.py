@@ -32,10 +32,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .._bounds import bounds_rule, keep_inside, packed_rows
+from .._sharding import vary_like
+from .._bounds import bounds_rule, chunk_slots, keep_inside, packed_rows
 from .._precision import highest_precision
 from .._precision import round_to as _round  # the kernel's rounding, kept by XLA on GPU
-from ..chunk_gla.reference import chunk_slots
 
 __all__ = ["chunk_cumsum", "chunk_kda_ref", "chunk_output", "chunk_stages", "chunked_packed",
            "forward_substitution", "intra_matrices", "invert_unit_lower", "kda_step", "recurrent_kda_ref",
@@ -82,7 +82,8 @@ def recurrent_kda_ref(q, k, v, g, beta, *, scale=None, initial_state=None, cu_se
     dtype = _acc_dtype(q, k, v, g, beta, initial_state)
     scale = K ** -0.5 if scale is None else scale
     N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
-    S0 = jnp.zeros((N, H, K, V), dtype) if initial_state is None else jnp.asarray(initial_state).astype(dtype)
+    S0 = (vary_like(jnp.zeros((N, H, K, V), dtype), q, k, v) if initial_state is None
+          else jnp.asarray(initial_state).astype(dtype))
     if cu_seqlens is not None:
         return _packed_scan(q[0], k[0], v[0], g[0], beta[0], S0, scale, cu_seqlens, v.dtype)
     one = lambda q, k, v, g, beta, S0: _scan_sequence(q, k, v, g, beta, S0, scale)  # noqa: E731
@@ -113,7 +114,8 @@ def _packed_scan(q, k, v, g, beta, S0, scale, cu_seqlens, out_dtype):
         finals = jnp.where(is_last, finals.at[n].set(S), finals)
         return (S, finals), o_t
 
-    (_, finals), o = lax.scan(step, (jnp.zeros((H, K, V), dtype), S0), (q, k, v, g, beta, seq, first, last))
+    carry = vary_like(jnp.zeros((H, K, V), dtype), q, k, v, S0), vary_like(S0, q, k, v)
+    (_, finals), o = lax.scan(step, carry, (q, k, v, g, beta, seq, first, last))
     return keep_inside(o[None], inside).astype(out_dtype), finals
 
 
@@ -219,8 +221,8 @@ def state_sweep(w, u, k, b, last_row, S0, seq, first, last, storage):
         finals = jnp.where(is_last, finals.at[n].set(h_next), finals)
         return (h_next, finals), (h, delta)
 
-    (_, finals), (hs, delta) = lax.scan(step, (jnp.zeros((H, K, V), S0.dtype), S0),
-                                        (w, u, k_hat, decay, seq, first, last))
+    carry = vary_like(jnp.zeros((H, K, V), S0.dtype), w, u, k_hat, S0), vary_like(S0, w, u, k_hat)
+    (_, finals), (hs, delta) = lax.scan(step, carry, (w, u, k_hat, decay, seq, first, last))
     return hs, delta, finals
 
 
@@ -251,7 +253,7 @@ def chunk_kda_ref(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlen
         cu = bounds_rule(cu_seqlens, T)
         pack = lambda x: x[0]  # noqa: E731
     N = cu.shape[0] - 1
-    S0 = jnp.zeros((N, H, K, V), acc) if initial_state is None else initial_state.astype(acc)
+    S0 = vary_like(jnp.zeros((N, H, K, V), acc), q, k, v) if initial_state is None else initial_state.astype(acc)
     o, ST = chunked_packed(pack(q), pack(k), pack(v), pack(g), pack(beta), S0, cu, scale=scale,
                            chunk_size=chunk_size, storage=storage)
     return o.reshape(B, T, H, V), ST

@@ -19,6 +19,7 @@ import triton
 
 from .. import _checks
 from .._bounds import keep_inside, packed_bounds, stand_ins
+from .._sharding import SEQUENCE_HINT, linear_dims, linear_out_dims, per_device, summed_grads, vary_like
 from ..launch import triton_call
 from . import kernels
 from .reference import recurrent_ref
@@ -77,12 +78,22 @@ def recurrent(q, k, v, g=None, g_gamma=None, gk=None, gv=None, *, scale=None, in
       ((1, 16, 2, 8), (1, 2, 8, 8))
     """
     impl = _checks.implementation_name(implementation)
-    N = _validate(q, k, v, g, g_gamma, gk, gv, scale, initial_state, cu_seqlens, impl)
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    scale = K ** -0.5 if scale is None else float(scale)
+    _checks.linear_attention(q, k, v, g, g_gamma, gk, gv, scale, initial_state, cu_seqlens, impl)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     if g_gamma is not None:  # a constant (API.md): no gradient flows to it
         g_gamma = jax.lax.stop_gradient(g_gamma).astype(jnp.float32)
+    body = functools.partial(_recurrent, scale=scale, reverse=bool(reverse), impl=impl, tuning=tuning or Tuning())
+    arrays = dict(q=q, k=k, v=v, g=g, g_gamma=g_gamma, gk=gk, gv=gv, initial_state=initial_state,
+                  cu_seqlens=cu_seqlens)
+    return per_device("recurrent", body, arrays, linear_dims(cu_seqlens is not None),
+                      linear_out_dims(cu_seqlens is not None), hint=SEQUENCE_HINT)
+
+
+def _recurrent(q, k, v, g, g_gamma, gk, gv, initial_state, cu_seqlens, *, scale, reverse, impl, tuning):
+    """`recurrent` on one device's arrays (all of them, or its shard of the batch and heads)."""
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
     # Every kernel sees packed sequences; a fixed-length batch is cu_seqlens = arange(B+1)·T. Traced
     # bounds go through the bounds rule (API.md); rows outside every sequence are zeroed in and out.
     cu, inside = packed_bounds(cu_seqlens, B, T)
@@ -91,46 +102,11 @@ def recurrent(q, k, v, g=None, g_gamma=None, gk=None, gv=None, *, scale=None, in
                              reverse=reverse, cu_seqlens=None if cu_seqlens is None else cu)
     q, k, v, g, gk, gv = (keep_inside(x, inside) for x in (q, k, v, g, gk, gv))
     pack = lambda x: None if x is None else x.reshape(1, B * T, *x.shape[2:])  # noqa: E731
-    h0 = (jnp.zeros((N, H, K, V), jnp.float32) if initial_state is None
+    h0 = (vary_like(jnp.zeros((N, H, K, V), jnp.float32), q, k, v) if initial_state is None
           else initial_state.astype(jnp.float32))
-    static = _Static(scale=scale, reverse=bool(reverse), tuning=tuning or Tuning())
+    static = _Static(scale=scale, reverse=reverse, tuning=tuning)
     o, ht = _recurrent_packed(pack(q), pack(k), pack(v), pack(g), pack(gk), pack(gv), g_gamma, h0, cu, static)
     return keep_inside(o.reshape(B, T, H, V), inside), ht
-
-
-def _validate(q, k, v, g, g_gamma, gk, gv, scale, initial_state, cu_seqlens, impl) -> int:
-    dtypes = _checks.float_dtypes(impl)
-    _checks.array("q", q, 4, dtypes, "[B, T, H, K]")
-    B, T, H, K = q.shape
-    shapes = f"q {tuple(q.shape)}"
-    _checks.array("k", k, 4, dtypes, "[B, T, H, K]")
-    _checks.shape("k", k, q.shape, "[B, T, H, K]", f"must match {shapes}")
-    _checks.array("v", v, 4, dtypes, "[B, T, H, V]")
-    if tuple(v.shape[:3]) != (B, T, H):
-        raise ValueError(f"v: expected shape [B, T, H, V] with B, T, H = {(B, T, H)} from {shapes}, "
-                         f"got {tuple(v.shape)}")
-    V = v.shape[-1]
-    if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k, v: must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if impl == "triton" and max(K, V) > 256:
-        raise ValueError(f"q, v: the Triton kernels support K, V ≤ 256, got K={K}, V={V}")
-    for name, x, expected, doc in (("g", g, (B, T, H), "[B, T, H]"), ("gk", gk, (B, T, H, K), "[B, T, H, K]"),
-                                   ("gv", gv, (B, T, H, V), "[B, T, H, V]"), ("g_gamma", g_gamma, (H,), "[H]")):
-        if x is not None:
-            _checks.array(name, x, len(expected), _checks.REFERENCE_DTYPES if impl == "reference"
-                          else _checks.KERNEL_DTYPES, doc)
-            _checks.shape(name, x, expected, doc, f"from {shapes}, v {tuple(v.shape)}")
-    _checks.positive_scale(scale)
-    if cu_seqlens is not None:
-        _checks.cu_seqlens(cu_seqlens, B, T, f"{shapes}")
-        N = cu_seqlens.shape[0] - 1
-    else:
-        N = B
-    if initial_state is not None:
-        _checks.array("initial_state", initial_state, 4, _checks.REFERENCE_DTYPES, "[N, H, K, V]")
-        _checks.shape("initial_state", initial_state, (N, H, K, V), "[N, H, K, V]",
-                      f"N={N} {'sequences in cu_seqlens' if cu_seqlens is not None else 'batch'}")
-    return N
 
 
 # ----------------------------------------------------------------------------- custom VJP
@@ -238,12 +214,13 @@ def _recurrent_packed_bwd(static: _Static, residuals, cotangents):
 
         _, vjp = jax.vjp(reference, q, k, v, g, gk, gv, h0)
         dq, dk, dv, dg, dgk, dgv, dh0 = vjp((do, dht))
-        return dq, dk, dv, dg, dgk, dgv, None, dh0, None
+        return summed_grads((dq, dk, dv, dg, dgk, dgv, None, dh0, None), residuals[:8])
     dq, dk, dv, dgk_eff, dg_eff, dgv, dh0 = _backward(
         q, k, v, _fold_gates(g, gk, g_gamma, q.shape), gv, ckpt, cu, do.astype(v.dtype),
         dht.astype(jnp.float32), static)
     cast = lambda d, x: None if x is None else d.astype(x.dtype)  # noqa: E731
-    return (dq, dk, cast(dv, v), cast(dg_eff, g), cast(dgk_eff, gk), cast(dgv, gv), None, dh0, None)
+    return summed_grads((dq, dk, cast(dv, v), cast(dg_eff, g), cast(dgk_eff, gk), cast(dgv, gv), None, dh0, None),
+                        residuals[:8])
 
 
 _recurrent_packed.defvjp(_recurrent_packed_fwd, _recurrent_packed_bwd)

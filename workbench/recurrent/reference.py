@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._sharding import vary_like
 from .._bounds import keep_inside, packed_rows
 from .._precision import highest_precision
 
@@ -73,7 +74,7 @@ def recurrent_ref(q, k, v, g=None, g_gamma=None, gk=None, gv=None, *, scale=None
     dtype = _acc_dtype(q, k, v, g, gk, gv, initial_state)
     scale = K ** -0.5 if scale is None else scale
     N = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
-    S0 = jnp.zeros((N, H, K, V), dtype) if initial_state is None else initial_state.astype(dtype)
+    S0 = vary_like(jnp.zeros((N, H, K, V), dtype), q, k, v) if initial_state is None else initial_state.astype(dtype)
     if cu_seqlens is not None:
         return _packed_scan(q[0], k[0], v[0], None if g is None else g[0], g_gamma,
                             None if gk is None else gk[0], None if gv is None else gv[0],
@@ -123,7 +124,8 @@ def _packed_scan(q, k, v, g, g_gamma, gk, gv, S0, scale, reverse, cu_seqlens, ou
 
     xs = (q, k, v, zeros_1 if g is None else g, zeros_k if gk is None else gk,
           zeros_v if gv is None else gv, seq, first, last)
-    (_, finals), o = lax.scan(step, (jnp.zeros((H, K, V), dtype), S0), xs, reverse=reverse)
+    carry = vary_like(jnp.zeros((H, K, V), dtype), q, k, v, S0), vary_like(S0, q, k, v)
+    (_, finals), o = lax.scan(step, carry, xs, reverse=reverse)
     return keep_inside(o[None], inside).astype(out_dtype), finals
 
 

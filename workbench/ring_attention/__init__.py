@@ -26,11 +26,11 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from .. import _checks
 from ..flash_attention import attention_block, attention_block_backward
-from ..flash_attention._validate import validate as validate_attention
+from ..flash_attention import validate as validate_attention
 from . import schedule
 from .reference import attend_block, block_gradients, merge, reference_attend, reference_gradients
 
-__all__ = ["ring_attention", "sharded_ring_attention", "PartitionerError"]
+__all__ = ["ring_attention", "sharded_ring_attention"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,32 +84,7 @@ def ring_attention(q, k, v, *, axis_name, causal=False, scale=None, layout="cont
     except (NameError, KeyError, ValueError) as err:
         raise ValueError(f"axis_name: {axis_name!r} is not a mesh axis bound here (call ring_attention inside "
                          f"jax.shard_map over that axis, or use sharded_ring_attention): {err}") from None
-    check_partitioner(n, jax.default_backend())
     return _ring(q, k, v, _Static(axis_name, n, bool(causal), scale, layout, impl))
-
-
-SHARDY_OVERRIDE = "WORKBENCH_RING_SHARDY"
-
-
-class PartitionerError(RuntimeError):
-    """The ring would be compiled by a partitioner known to crash the process on this platform."""
-
-
-def check_partitioner(n: int, backend: str) -> None:
-    """Raise before compiling where the compile is known to crash: JAX 0.11.2's Shardy partitioner (its
-    default) segfaults compiling the ring on two or more GPUs (docs/multihost.md; NOTES.md, "The Shardy
-    partitioner on GPUs"). Set WORKBENCH_RING_SHARDY=1 to compile under Shardy anyway (to test a newer
-    JAX); one device, CPUs and GSPMD pass."""
-    import os
-
-    shardy = jax.config.jax_use_shardy_partitioner
-    if n > 1 and backend == "gpu" and shardy and os.environ.get(SHARDY_OVERRIDE) != "1":
-        raise PartitionerError(
-            f"ring attention over {n} GPUs under the Shardy partitioner (JAX's default): with JAX 0.11.2 (this is "
-            f"{jax.__version__}) Shardy crashed the process (a segmentation fault) compiling the ring on GPUs. Use "
-            "GSPMD: set JAX_USE_SHARDY_PARTITIONER=false in the environment, or call "
-            "jax.config.update('jax_use_shardy_partitioner', False) before the first compile "
-            f"({SHARDY_OVERRIDE}=1 tries Shardy anyway).")
 
 
 def sharded_ring_attention(q, k, v, *, mesh, axis_name, causal=False, scale=None, layout="contiguous",

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._precision import highest_precision
+from .._sharding import vary_like
 from ..flash_attention.reference import acc_dtype, allowed_mask, attention_ref
 from . import schedule
 from .schedule import Block
@@ -60,6 +61,18 @@ Attend = Callable[..., tuple]      # (q, k, v, *, causal, scale) → (o float32,
 Gradients = Callable[..., tuple]   # (q, k, v, o, lse, do, *, causal, scale) → (dq, dk, dv) float32
 
 
+def _fill(zeros, part, axis: int, where: slice):
+    """`zeros` (an array of one fill value) with `part` at `where` along `axis`. A part that fills the whole
+    axis replaces it, varying over the manual axes `zeros` varies over, rather than being scattered into it:
+    inside shard_map, on GPUs, JAX 0.11.2's Shardy partitioner crashes (a segmentation fault while
+    compiling) on a scatter that covers a whole axis of an array varying over the manual axis, where a
+    partial one compiles (issue 30; `scripts/shardy_probe.py` keeps both)."""
+    if where.start == 0 and where.stop == zeros.shape[axis]:
+        return vary_like(part.astype(zeros.dtype), zeros)
+    index = (slice(None),) * (axis % zeros.ndim) + (where,)
+    return zeros.at[index].set(part.astype(zeros.dtype))
+
+
 def attend_block(blk: Block, q, k, v, *, scale, attend: Attend):
     """One step's partial result over all T local rows: (o float32 `[B, T, H, D]`, lse `[B, H, T]`),
     o = 0 and lse = −inf on the rows the block does not touch (all of them when it is skipped)."""
@@ -73,7 +86,7 @@ def attend_block(blk: Block, q, k, v, *, scale, attend: Attend):
         return o, lse
     rows, keys = blk.row_slice(T), blk.key_slice(T)
     o_b, lse_b = attend(q[:, rows], k[:, keys], v[:, keys], causal=blk.causal, scale=scale)
-    return o.at[:, rows].set(o_b.astype(acc)), lse.at[..., rows].set(lse_b.astype(acc))
+    return _fill(o, o_b, 1, rows), _fill(lse, lse_b, -1, rows)
 
 
 def block_gradients(blk: Block, q, k, v, o, lse, do, *, scale, gradients: Gradients):
@@ -87,8 +100,7 @@ def block_gradients(blk: Block, q, k, v, o, lse, do, *, scale, gradients: Gradie
     rows, keys = blk.row_slice(T), blk.key_slice(T)
     dq_b, dk_b, dv_b = gradients(q[:, rows], k[:, keys], v[:, keys], o[:, rows], lse[..., rows], do[:, rows],
                                  causal=blk.causal, scale=scale)
-    return (dq.at[:, rows].set(dq_b.astype(acc)), dk.at[:, keys].set(dk_b.astype(acc)),
-            dv.at[:, keys].set(dv_b.astype(acc)))
+    return _fill(dq, dq_b, 1, rows), _fill(dk, dk_b, 1, keys), _fill(dv, dv_b, 1, keys)
 
 
 # ----------------------------------------------------------------------------- pure-JAX blocks

@@ -22,7 +22,7 @@ asynchronous collective-permute of the compiled forward+backward ring, the kerne
 custom calls) XLA scheduled between its start and done. On a CPU, collective-permutes are
 synchronous and only the `tiny` shape set runs (interpreted Triton, timings meaningless).
 
-The record is one new JSON file `<out>/ring_attention-<UTC timestamp>.json` (`bench.write`):
+The record is one new JSON file `<out>/ring_attention-<UTC timestamp>.json` (`records.write`):
 `op, harness, command, interpreted, date, device, device_count, versions, git, shape_set, shape,
 dtype, iters, reps, warmup, xla_flags, target_efficiency, definitions, results`; each result has
 `devices, layout, pass, shape, ring_ms, single_ms, share_ms, efficiency, meets_target, errors,
@@ -46,8 +46,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import workbench
 
-from . import bench, launch, testing
-from .ring_attention import schedule
+from .. import launch, testing
+from ..ring_attention import schedule
+from .machine import device_info, git_state, versions
+from .records import Refused
+from .timing import WARMUP, say, time_ms
 
 TARGET_EFFICIENCY = 0.8
 SHAPE_SETS = {
@@ -63,19 +66,6 @@ DEFINITIONS = {
                 "work over T, NOTES.md ring.8)",
     "efficiency": "share_ms / ring_ms (target ≥ 0.8)",
 }
-
-
-def use_gspmd_on_gpus() -> None:
-    """On CUDA GPUs, partition with GSPMD instead of Shardy (JAX's default).
-
-    With JAX 0.11.2 on 2 H200s, compiling the ring under Shardy crashes the process (segmentation
-    fault inside `backend_compile_and_load`, right after the SPMD partitioner), also for the pure-JAX
-    reference ring and without a causal mask, so neither Triton nor `lax.cond` is the cause; the same
-    programs compile and run under GSPMD (`JAX_USE_SHARDY_PARTITIONER=false`) and on CPU under
-    Shardy. The record states which partitioner ran.
-    """
-    if jax.default_backend() == "gpu" and jax.config.jax_use_shardy_partitioner:
-        jax.config.update("jax_use_shardy_partitioner", False)
 
 
 def ring_sizes(n: int) -> list[int]:
@@ -94,15 +84,14 @@ def run(shape_set: str = "target", *, iters: int = 10, reps: int = 1, layouts: S
     if reps < 1:
         raise ValueError(f"--reps: must be ≥ 1, got {reps}")
     if launch.INTERPRET and shape_set not in CPU_SHAPE_SETS:
-        raise bench.Refused(f"no CUDA GPU: Triton runs in its interpreter here, where shape set {shape_set!r} of "
+        raise Refused(f"no CUDA GPU: Triton runs in its interpreter here, where shape set {shape_set!r} of "
                             f"ring_attention would take hours and time nothing; use --shapes tiny for a smoke test")
     if launch.INTERPRET:
-        bench._say("warning: Triton is interpreted on this CPU: the timings are meaningless (smoke test only)")
+        say("warning: Triton is interpreted on this CPU: the timings are meaningless (smoke test only)")
     shape = SHAPE_SETS[shape_set]
     n = jax.device_count()
-    use_gspmd_on_gpus()
     sizes = ring_sizes(n) if sizes is None else list(sizes)
-    warmup = 1 if launch.INTERPRET else bench.WARMUP
+    warmup = 1 if launch.INTERPRET else WARMUP
     t_start = time.perf_counter()
     results = []
     for m in sizes:
@@ -111,13 +100,13 @@ def run(shape_set: str = "target", *, iters: int = 10, reps: int = 1, layouts: S
         for layout in layouts:
             for row in _ring_rows(shape, mesh, layout, single, iters, warmup, reps):
                 results.append(row)
-                bench._say(f"[{time.perf_counter() - t_start:7.1f} s] ring_attention {m} device(s) {layout} "
+                say(f"[{time.perf_counter() - t_start:7.1f} s] ring_attention {m} device(s) {layout} "
                            f"{row['pass']}: ring {row['ring_ms']['median']:.3f} ms, share "
                            f"{row['share_ms']:.3f} ms, efficiency {row['efficiency']:.2f}")
     return {
-        "op": "ring_attention", "harness": "workbench.bench_ring", "command": command,
+        "op": "ring_attention", "harness": "workbench.bench.ring", "command": command,
         "interpreted": launch.INTERPRET, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device": bench.device_info(), "device_count": n, "versions": bench.versions(), "git": bench.git_state(),
+        "device": device_info(), "device_count": n, "versions": versions(), "git": git_state(),
         "shape_set": shape_set, "shape": dict(shape), "dtype": "bfloat16", "iters": iters, "reps": reps,
         "warmup": warmup, "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "partitioner": "shardy" if jax.config.jax_use_shardy_partitioner else "gspmd",
@@ -140,8 +129,8 @@ def _single(shape, m: int, iters: int, warmup: int, reps: int) -> dict[str, Any]
     attend = functools.partial(workbench.flash_attention, causal=shape["causal"])
     fwd = jax.jit(attend)
     fwd_bwd = jax.jit(lambda q, k, v, do: testing.vjp_all(attend, (q, k, v), do))
-    fwd_ms, o = bench.time_ms(lambda: fwd(q, k, v), jax.block_until_ready, iters, warmup, reps)
-    fb_ms, (_, grads) = bench.time_ms(lambda: fwd_bwd(q, k, v, do), jax.block_until_ready, iters, warmup, reps)
+    fwd_ms, o = time_ms(lambda: fwd(q, k, v), jax.block_until_ready, iters, warmup, reps)
+    fb_ms, (_, grads) = time_ms(lambda: fwd_bwd(q, k, v, do), jax.block_until_ready, iters, warmup, reps)
     return {"inputs": (q, k, v, do), "forward": (fwd_ms, (o,)), "forward_backward": (fb_ms, (o, *grads))}
 
 
@@ -157,8 +146,8 @@ def _ring_rows(shape, mesh: Mesh, layout: str, single, iters: int, warmup: int, 
     fwd = jax.jit(ring)
     fwd_bwd = jax.jit(lambda q, k, v, do: testing.vjp_all(ring, (q, k, v), do))
     overlap = overlap_report(fwd_bwd.lower(q, k, v, do).compile().as_text())
-    fwd_ms, o = bench.time_ms(lambda: fwd(q, k, v), jax.block_until_ready, iters, warmup, reps)
-    fb_ms, (o_fb, grads) = bench.time_ms(lambda: fwd_bwd(q, k, v, do), jax.block_until_ready, iters, warmup, reps)
+    fwd_ms, o = time_ms(lambda: fwd(q, k, v), jax.block_until_ready, iters, warmup, reps)
+    fb_ms, (o_fb, grads) = time_ms(lambda: fwd_bwd(q, k, v, do), jax.block_until_ready, iters, warmup, reps)
     device0 = jax.devices()[0]
     for pass_, ring_ms, got in (("forward", fwd_ms, (o,)), ("forward_backward", fb_ms, (o_fb, *grads))):
         single_ms, want = single[pass_]

@@ -1,0 +1,74 @@
+"""Every op on several devices (4 host devices, a 2 × 2 mesh "data" × "model"), forward and gradient under `jit`:
+
+* inside `jax.shard_map` with `jax.grad` (the user's own shard_map: outputs and cotangents carry the
+  inputs' varying manual axes);
+* on an explicit-axes mesh, batch sharded over "data" and heads over "model" (the op builds the shard_map
+  from the inputs' types);
+* on an automatic-axes mesh, batch sharded over both axes (data parallelism).
+
+Each case must equal the same computation on unsharded arrays, keep its inputs' sharding on its outputs,
+and compile without moving its inputs: no all-gather, all-to-all or collective-permute (an all-reduce only
+where a gradient is summed over the batch: attention sinks). A sequence sharded across devices is a
+ValueError naming the argument and pointing to what to use. The cases run in one subprocess
+(`tests/sharding_worker.py`) that sees 4 devices.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+OPS = ("recurrent", "chunk_gla", "chunk_kda", "recurrent_kda", "flash_attention")
+CASES = ([dict(op=op, mode=mode, layout="batch+heads") for op in OPS for mode in ("shard_map", "explicit")]
+         + [dict(op=op, mode="automatic", layout="batch") for op in OPS]
+         + [dict(op=f"{op}:reference", mode="explicit", layout="batch+heads") for op in OPS]
+         + [dict(op=f"{op}:reference", mode="automatic", layout="batch") for op in ("chunk_gla", "flash_attention")]
+         + [dict(op="flash_attention_packed", mode="explicit", layout="heads"),
+            dict(op="flash_attention_packed", mode="automatic", layout="heads")])
+REFUSED = [dict(op="flash_attention", mode="explicit", layout="sequence"),
+           dict(op="recurrent", mode="explicit", layout="sequence")]
+MOVES = ("all-gather", "all-to-all", "collective-permute", "reduce-scatter")
+
+
+@functools.cache
+def results() -> dict[str, dict]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "sharding_worker.py")], input=json.dumps(CASES + REFUSED),
+                          capture_output=True, text=True, env=env, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return {_id(r): r for r in json.loads(proc.stdout)}
+
+
+def _id(case) -> str:
+    return f"{case['op']}-{case['mode']}-{case['layout']}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_sharded_equals_unsharded_without_moving_inputs(case):
+    r = results()[_id(case)]
+    assert "error" not in r, r.get("error")
+    print(r)
+    assert r["max_rel_diff"] <= 1e-5, r
+    assert not any(r["collectives"][c] for c in MOVES), r["collectives"]
+    sums = 1 if case["op"].startswith("flash_attention:") or case["op"] == "flash_attention" else 0  # dsinks: psum
+    assert r["collectives"]["all-reduce"] <= sums, r["collectives"]
+    assert r["out_specs"][0] == r["in_specs"][0], (r["out_specs"], r["in_specs"])  # o keeps q's sharding
+    if case["mode"] != "automatic":
+        assert any(axis in r["out_specs"][0] for axis in ("data", "model")), r["out_specs"]
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=_id)
+def test_a_sharded_sequence_is_a_value_error(case):
+    error = results()[_id(case)].get("error", "")
+    assert error.startswith("q: dimension 1 (T") and "is sharded over ('data',)" in error, error
+    if case["op"] == "flash_attention":
+        assert "workbench.ring_attention" in error, error
+    else:
+        assert "keep T whole on each device" in error, error

@@ -1,0 +1,66 @@
+"""Timing one call on the device: warm-up, samples of back-to-back calls, median/min/p90; the op's calls as bench times them."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from .spec import OpBench, PeerCalls
+
+
+WARMUP = 2
+
+
+def time_ms(fn: Callable[[], Any], block: Callable[[Any], Any], iters: int,
+            warmup: int = WARMUP, reps: int = 1) -> tuple[dict[str, float], Any]:
+    """Median, min and p90 over `iters` samples after `warmup` calls; and the last result.
+
+    A sample is `reps` calls issued back to back and one wait for the device, divided by `reps`.
+    With reps = 1 every call pays the host's launch and synchronisation latency (on the H200 we
+    use, about 0.8 ms per call, as much as a 4k-token attention forward); larger reps amortise it,
+    so the figure approaches the device time of one call.
+    """
+    for _ in range(warmup):
+        block(fn())
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            out = fn()
+        block(out)
+        times.append((time.perf_counter() - t0) * 1e3 / reps)
+    times.sort()
+    p90 = times[min(len(times) - 1, math.ceil(0.9 * len(times)) - 1)]
+    return {"median": statistics.median(times), "min": times[0], "p90": p90}, out
+
+
+def jax_calls(op: OpBench, implementation: str, inputs: Mapping[str, jax.Array],
+              cotangents: Sequence[jax.Array], **options) -> PeerCalls:
+    """The op's forward and forward+backward (`jax.vjp`, the given cotangents) under `jax.jit`;
+    `options` go to the op's call (e.g. `tuning=`)."""
+    diff = op.differentiable
+    rest = {n: x for n, x in inputs.items() if n not in diff}
+
+    def forward(primals):
+        return tuple(op.call(implementation, **primals, **rest, **options))
+
+    def forward_backward(primals):
+        outputs, pullback = jax.vjp(lambda p: forward(p), primals)
+        (grads,) = pullback(tuple(cotangents))
+        return (*outputs, *(grads[n] for n in diff))
+
+    primals = {n: inputs[n] for n in diff}
+    fwd, fwd_bwd = jax.jit(forward), jax.jit(forward_backward)
+    return PeerCalls(forward=lambda: fwd(primals), forward_backward=lambda: fwd_bwd(primals),
+                     block=jax.block_until_ready, to_numpy=lambda out: [np.asarray(x) for x in out])
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
