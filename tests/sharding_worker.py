@@ -1,5 +1,6 @@
-"""Every op on 4 host devices, sharded three ways, in one process that sees 4 devices (tests/test_sharding.py
-starts it: the device count is fixed when JAX starts, and the rest of the suite runs on one).
+"""Every op on several devices, sharded three ways, in one process that sees them (tests/test_sharding.py starts
+it: 4 host devices on a CPU, whose count is fixed when JAX starts while the rest of the suite runs on one; on
+a GPU machine its GPUs, a mesh of (2, 1) on two).
 
     python tests/sharding_worker.py < cases.json > results.json
 
@@ -72,7 +73,20 @@ def _spec(dims, layout):
     return P(*(axes.get(letter) for letter in dims))
 
 
+def data_parallel_case(case):
+    """`workbench bench --data-parallel`'s harness on a small batch over the 4 devices (a smoke test: the
+    interpreter's timings mean nothing, the record's shape and its errors do)."""
+    from workbench.bench import data_parallel
+
+    import jax
+
+    record = data_parallel.run(case["op"], iters=1, shapes=[dict(B=2 * jax.device_count(), T=16, H=2, K=8, V=8)])
+    return {**case, "record": record}
+
+
 def run_case(case):
+    if case["mode"] == "data_parallel":
+        return data_parallel_case(case)
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -94,8 +108,9 @@ def run_case(case):
 
     want = jax.jit(both)(*arrays)
     specs = [_spec(d, layout) for d in dims]
+    shape = (2, 2) if jax.device_count() >= 4 else (jax.device_count(), 1)  # 4 host devices, or 2 GPUs
     if mode == "shard_map":
-        mesh = jax.make_mesh((2, 2), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+        mesh = jax.make_mesh(shape, ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
         out_specs = jax.tree.map(lambda x: _spec("BHKV" if x.ndim == 4 and x.shape[0] == B and x.shape[1] == H
                                                  else "BHT" if x.ndim == 3 else "BTHK", layout),
                                  jax.eval_shape(fn, *arrays))
@@ -105,7 +120,7 @@ def run_case(case):
             return both(*a, f=inner)
     else:
         kind = AxisType.Explicit if mode == "explicit" else AxisType.Auto
-        mesh = jax.make_mesh((2, 2), ("data", "model"), axis_types=(kind, kind))
+        mesh = jax.make_mesh(shape, ("data", "model"), axis_types=(kind, kind))
         run = both
     try:
         with jax.set_mesh(mesh):

@@ -10,7 +10,8 @@ Each case must equal the same computation on unsharded arrays, keep its inputs' 
 and compile without moving its inputs: no all-gather, all-to-all or collective-permute (an all-reduce only
 where a gradient is summed over the batch: attention sinks). A sequence sharded across devices is a
 ValueError naming the argument and pointing to what to use. The cases run in one subprocess
-(`tests/sharding_worker.py`) that sees 4 devices.
+(`tests/sharding_worker.py`) that sees 4 devices (on a CPU; on a GPU machine, its GPUs: the `gpu` test
+below runs the same cases compiled).
 """
 
 from __future__ import annotations
@@ -34,14 +35,16 @@ CASES = ([dict(op=op, mode=mode, layout="batch+heads") for op in OPS for mode in
             dict(op="flash_attention_packed", mode="automatic", layout="heads")])
 REFUSED = [dict(op="flash_attention", mode="explicit", layout="sequence"),
            dict(op="recurrent", mode="explicit", layout="sequence")]
+BENCH = [dict(op="chunk_gla", mode="data_parallel", layout="batch")]
 MOVES = ("all-gather", "all-to-all", "collective-permute", "reduce-scatter")
 
 
 @functools.cache
 def results() -> dict[str, dict]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "sharding_worker.py")], input=json.dumps(CASES + REFUSED),
-                          capture_output=True, text=True, env=env, timeout=1500)
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "sharding_worker.py")],
+                          input=json.dumps(CASES + REFUSED + BENCH), capture_output=True, text=True, env=env,
+                          timeout=1500)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return {_id(r): r for r in json.loads(proc.stdout)}
 
@@ -72,3 +75,32 @@ def test_a_sharded_sequence_is_a_value_error(case):
         assert "workbench.ring_attention" in error, error
     else:
         assert "keep T whole on each device" in error, error
+
+
+def test_the_data_parallel_bench_records_both_runs_and_finds_no_collective():
+    """`workbench bench --data-parallel` (its harness, on 4 host devices and a small batch): both passes timed
+    sharded and on one device with a quarter of the batch, no collective in the compiled program, the
+    sharded outputs and gradients equal to one device's on the whole batch."""
+    record = results()[_id(BENCH[0])]["record"]
+    assert record["device_count"] >= 2 and record["mesh"]["data"] == record["device_count"]
+    assert [r["pass"] for r in record["results"]] == ["forward", "forward_backward"]
+    for r in record["results"]:
+        assert r["sharded_ms"]["median"] > 0 and r["share_ms"]["median"] > 0
+        assert r["ratio"] == r["sharded_ms"]["median"] / r["share_ms"]["median"]
+        assert not any(r["collectives"].values()), r["collectives"]
+        assert all(e["rms_rel"] <= 1e-2 for e in r["errors"].values()), r["errors"]  # bf16, one rounding apart
+    assert set(record["results"][1]["errors"]) == {"o", "final_state", "dq", "dk", "dv", "dgk"}
+
+
+@pytest.mark.gpu
+def test_every_case_on_gpus():
+    """The same cases with the kernels compiled, on every visible GPU (a mesh of (2, 1) on two; skipped below two)."""
+    import jax
+
+    if jax.device_count() < 2:
+        pytest.skip(f"needs two or more GPUs, this machine has {jax.device_count()}")
+    for case in CASES:
+        test_sharded_equals_unsharded_without_moving_inputs(case)
+    for case in REFUSED:
+        test_a_sharded_sequence_is_a_value_error(case)
+    test_the_data_parallel_bench_records_both_runs_and_finds_no_collective()

@@ -17,6 +17,7 @@ from pathlib import Path
 os.environ.setdefault("MPLBACKEND", "Agg")  # reports are written headless
 
 from . import bench, verify  # noqa: E402  (imports workbench first: compiled vs interpreted Triton)
+from .bench import data_parallel as bench_data_parallel  # noqa: E402
 from .bench import ring as bench_ring  # noqa: E402
 
 
@@ -96,6 +97,9 @@ def _bench_parser(subparsers) -> None:
     p.add_argument("--variants", metavar="LIST",
                    help="time only these variants of the Triton path beside it, a comma list of the op's variant "
                         "names (e.g. '8 segments')")
+    p.add_argument("--data-parallel", action="store_true",
+                   help="time the op with its batch sharded over every visible device against one device with its "
+                        "share of the batch (workbench/bench/data_parallel.py); records go to data_parallel/")
     p.add_argument("--first-call", action="store_true",
                    help="time nothing per call: record the wall seconds from a fresh process's start to its first "
                         "forward+backward result at the shape set, with empty autotune, kernel and JAX compilation "
@@ -108,6 +112,8 @@ def _bench(args: argparse.Namespace, command: str) -> int:
     ring = args.op == "ring_attention"
     if args.first_call:
         return _first_call(args, command)
+    if args.data_parallel:
+        return _data_parallel(args, command)
     args.out = args.out or bench.DEFAULT_OUT
     try:
         if ring:
@@ -130,6 +136,26 @@ def _bench(args: argparse.Namespace, command: str) -> int:
         print(f"workbench bench: refused: {exc}", file=sys.stderr)
         return 2
     print(bench_ring.table(record) if ring else bench.table(record))
+    print(f"\nrecord: {path}")
+    return 0
+
+
+def _data_parallel(args: argparse.Namespace, command: str) -> int:
+    if args.op == "ring_attention":
+        raise ValueError("--data-parallel: ring_attention shards the sequence; its bench is weak scaling (no flag)")
+    out = args.out or bench_data_parallel.OUT
+    try:
+        stamp = bench.claim_stamp(args.op, out)
+        try:
+            record = bench_data_parallel.run(args.op, args.shapes, iters=args.iters, reps=args.reps, command=command)
+        except BaseException:
+            bench.release_stamp(args.op, out, stamp)
+            raise
+        path = bench.write(record, out, stamp)
+    except bench.Refused as exc:
+        print(f"workbench bench: refused: {exc}", file=sys.stderr)
+        return 2
+    print(bench_data_parallel.table(record))
     print(f"\nrecord: {path}")
     return 0
 
