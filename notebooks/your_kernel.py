@@ -48,7 +48,6 @@ from workbench import plots, strategies, testing
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import triton
 import triton.language as tl
 from hypothesis import HealthCheck, Phase, given, settings

@@ -11,6 +11,12 @@ from workbench import launch
 from workbench.strategies import load_profile
 
 jax.config.update("jax_enable_x64", True)
+# On a machine of several GPUs, WORKBENCH_SPREAD_GPUS=<count> gives each pytest-xdist worker one of them (gw0 the
+# first, gw1 the second, …), set before JAX starts its GPU backend: the workers then compile and run side by side
+# instead of sharing one GPU's memory. Tests that need several GPUs (ring, sharding) run without it.
+if os.environ.get("WORKBENCH_SPREAD_GPUS") and os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw"):
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(int(os.environ["PYTEST_XDIST_WORKER"][2:])
+                                             % int(os.environ["WORKBENCH_SPREAD_GPUS"]))
 # Every interpreted kernel's loads and stores are checked against its buffers (an out-of-bounds address
 # fails with the kernel's name and offsets instead of reading this process's memory); inherited by the
 # notebooks' kernels under nbmake. WORKBENCH_CHECK_BOUNDS=0 turns it off.

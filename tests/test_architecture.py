@@ -15,7 +15,8 @@ MAX_LINES = 800
 
 # Floors, bottom to top (docs/architecture.md): a module imports only modules on its own floor or below.
 FLOORS = [
-    ("base", ["workbench._backend", "workbench._precision", "workbench._checks", "workbench.tl_helpers"]),
+    ("base", ["workbench._backend", "workbench._precision", "workbench._checks", "workbench._sharding",
+              "workbench.tl_helpers"]),
     ("bounds", ["workbench._bounds"]),
     ("launcher", ["workbench.launch", "workbench.autotune", "workbench.compile_check", "workbench.tl_chunked"]),
     ("toolkit", ["workbench.testing", "workbench.strategies", "workbench.plots"]),

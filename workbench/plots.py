@@ -18,8 +18,8 @@ from matplotlib.ticker import MaxNLocator
 
 from .testing import Comparison, Report
 
-__all__ = ["report_errors", "error_bars", "error_map", "error_growth", "mask_grid", "block_grid", "grouped_bars",
-           "step_lines"]
+__all__ = ["device_layout", "report_errors", "error_bars", "error_map", "error_growth", "mask_grid", "block_grid",
+           "grouped_bars", "step_lines"]
 
 KERNEL_COLOR = "tab:blue"
 REFERENCE_COLOR = "tab:orange"
@@ -97,6 +97,37 @@ def report_errors(reports: Report | Sequence[Report], x: Sequence[float] | None 
         title = f"{title} — over budget at {xlabel} = {', '.join(map(str, failed))}".lstrip(" —")
     return error_growth(x, series("kernel_err"), series("reference_err"), xlabel=xlabel, title=title,
                         tolerance=series("tolerance"), logx=logx)
+
+
+def device_layout(arrays: Mapping[str, object], rows: int = 0, cols: int = 2, title: str = "") -> Figure:
+    """Which device holds each (row, column) block of sharded arrays: for every array (a name → a
+    `jax.Array`), an image over its dimension `rows` (default the batch) and `cols` (default the heads),
+    each cell colored by the device that holds it (several devices: the first; replicated cells read as
+    every device's, drawn as the first). One panel per array, one color per device across panels."""
+    names = list(arrays)
+    fig = Figure(figsize=(2.6 * len(names) + 0.8, 2.6), layout="constrained")
+    axes = fig.subplots(1, len(names), squeeze=False)[0]
+    devices = sorted({d.id for x in arrays.values() for d in x.sharding.device_set})
+    for ax, name in zip(axes, names):
+        x = arrays[name]
+        owner = np.full((x.shape[rows], x.shape[cols]), -1)
+        for shard in x.addressable_shards:
+            index = shard.index
+            r, c = index[rows], index[cols]
+            block = owner[r, c]
+            owner[r, c] = np.where(block < 0, devices.index(shard.device.id), block)
+        image = ax.imshow(owner, cmap="tab10", vmin=-0.5, vmax=9.5, aspect="auto", interpolation="nearest")
+        ax.set_title(f"{name} {tuple(x.shape)}", fontsize="small")
+        ax.set_xlabel(f"dim {cols}")
+        ax.set_ylabel(f"dim {rows}")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    bar = fig.colorbar(image, ax=list(axes), ticks=range(len(devices)), shrink=0.8)
+    bar.set_label("device")
+    bar.ax.set_ylim(-0.5, len(devices) - 0.5)
+    if title:
+        fig.suptitle(title)
+    return fig
 
 
 def _position_by_head(x) -> np.ndarray:

@@ -1,0 +1,139 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # A training step on several devices
+#
+# A Triton kernel is a custom call: the partitioner that spreads a jitted program over devices cannot
+# see into it, and left alone it gathers the kernel's inputs onto one device. workbench's ops therefore
+# split themselves over the batch and the heads (docs/API.md, "Sharding"): inside your own
+# `jax.shard_map`, or under `jit` on sharded inputs, where they build that `shard_map` from how the inputs
+# are sharded. Nothing moves between devices: each one runs its own batch rows and heads.
+#
+# This notebook runs the README's layer — gated linear attention, then causal softmax attention — as a
+# data-parallel training step on 4 devices. On a CPU they are 4 host devices (an XLA flag, set before JAX
+# starts) and the kernels run in Triton's interpreter; on a machine with GPUs the same code runs compiled.
+
+# %%
+import os
+import pathlib
+import re
+import sys
+
+os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_force_host_platform_device_count=4"])
+
+# The package is not installed: put the repository root (the folder holding workbench/) on the path.
+ROOT = next(p for p in (pathlib.Path.cwd(), *pathlib.Path.cwd().parents)
+            if (p / "workbench" / "__init__.py").exists())
+sys.path.insert(0, str(ROOT))
+
+import workbench  # first: decides compiled vs interpreted Triton before triton is imported
+from workbench import plots
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+print(jax.device_count(), "devices;", "Triton in the interpreter" if workbench.INTERPRET else "Triton compiled")
+
+# %% [markdown]
+# ## The model and its step
+#
+# The README's layer, with a batch of 4 so that every device gets one sequence.
+
+# %%
+B, T, H, D = 4, 32, 2, 16
+C = H * D
+
+
+def layer(p, x):
+    heads = lambda w: jnp.einsum("btc,chd->bthd", x, w)  # noqa: E731  [B, T, C] → [B, T, H, D]
+    gk = jax.nn.log_sigmoid(heads(p["wg"]) + 2.0)
+    o, _ = workbench.chunk_gla(heads(p["wq"]), heads(p["wk"]), heads(p["wv"]), gk=gk, chunk_size=16)
+    x = x + o.reshape(x.shape)
+    o = workbench.flash_attention(heads(p["aq"]), heads(p["ak"]), heads(p["av"]), causal=True)
+    return x + o.reshape(x.shape)
+
+
+def loss(p, x, y):
+    return jnp.mean((layer(p, x) - y) ** 2)
+
+
+step = jax.jit(jax.value_and_grad(loss))
+keys = iter(jax.random.split(jax.random.key(0), 9))
+params = {w: jax.random.normal(next(keys), (C, H, D)) / C**0.5 for w in ("wq", "wk", "wv", "wg", "aq", "ak", "av")}
+x, y = (jax.random.normal(next(keys), (B, T, C)) for _ in range(2))
+value, grads = step(params, x, y)  # on one device, for comparison
+print(f"one device: loss {value:.6f}")
+
+# %% [markdown]
+# ## Data parallel on an explicit mesh
+#
+# With `AxisType.Explicit` axes the sharding is part of every array's type. The batch goes over the
+# mesh's one axis, the parameters are replicated; the step is the same function. Each op sees its inputs
+# sharded over the batch and runs per device.
+
+# %%
+mesh = jax.make_mesh((4,), ("data",), axis_types=(AxisType.Explicit,))
+with jax.set_mesh(mesh):
+    xs, ys = (jax.device_put(a, NamedSharding(mesh, P("data"))) for a in (x, y))
+    ps = jax.device_put(params, NamedSharding(mesh, P()))
+    value_dp, grads_dp = step(ps, xs, ys)
+    compiled = step.lower(ps, xs, ys).compile().as_text()
+print(f"4 devices: loss {value_dp:.6f}")
+worst = max(float(jnp.max(jnp.abs(grads_dp[w] - grads[w])) / jnp.max(jnp.abs(grads[w]))) for w in grads)
+print(f"largest gradient difference from one device, relative: {worst:.1e}")
+collectives = {c: len(re.findall(rf"\b{c}(-start)?\(", compiled))
+               for c in ("all-gather", "all-to-all", "collective-permute", "all-reduce")}
+print("collectives in the compiled step:", collectives)
+
+# %% [markdown]
+# The only collective is the all-reduce of the parameters' gradients — data parallelism itself: each
+# device's gradient is summed over the batch shards. The attention and linear-attention kernels moved
+# nothing. Where each array lives (one color per device):
+
+# %%
+with jax.set_mesh(mesh):
+    q = jnp.einsum("btc,chd->bthd", xs, ps["aq"])
+    o = workbench.flash_attention(q, q, q, causal=True)
+plots.device_layout({"q [B, T, H, D]": q, "o": o}, rows=0, cols=2,
+                    title="batch rows (dim 0) by heads (dim 2): which device holds each")
+
+# %% [markdown]
+# ## Inside your own `shard_map`
+#
+# The same step written per device: inside `jax.shard_map` the ops take each device's shard, and
+# `jax.grad` works through them (their outputs and gradients carry the devices' varying axes). The mean
+# over devices replaces the mean over the whole batch.
+
+# %%
+def local_loss(p, x, y):
+    return jax.lax.pmean(jnp.mean((layer(p, x) - y) ** 2), "data")
+
+
+per_device = jax.jit(jax.shard_map(jax.value_and_grad(local_loss), mesh=mesh,
+                                   in_specs=(P(), P("data"), P("data")), out_specs=(P(), P())))
+with jax.set_mesh(mesh):
+    value_sm, grads_sm = per_device(ps, xs, ys)
+worst_sm = max(float(jnp.max(jnp.abs(grads_sm[w] - grads[w])) / jnp.max(jnp.abs(grads[w]))) for w in grads)
+print(f"shard_map: loss {value_sm:.6f}, largest gradient difference {worst_sm:.1e}")
+
+# %% [markdown]
+# ## The check
+#
+# Both sharded steps give the one-device loss and gradients (to float32 rounding), and the explicit
+# mesh's compiled step gathers nothing.
+
+# %%
+assert abs(float(value_dp) - float(value)) <= 1e-6 * abs(float(value)) and worst <= 1e-5, (value_dp, worst)
+assert abs(float(value_sm) - float(value)) <= 1e-6 * abs(float(value)) and worst_sm <= 1e-5, (value_sm, worst_sm)
+assert collectives["all-gather"] == collectives["all-to-all"] == collectives["collective-permute"] == 0, collectives
+print("sharded steps equal the one-device step")
