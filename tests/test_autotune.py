@@ -27,6 +27,7 @@ AUTOTUNE_PY = Path(autotune.__file__)
 def cache_dir(tmp_path, monkeypatch):
     folder = tmp_path / "cache"
     monkeypatch.setenv(autotune.CACHE_VAR, str(folder))
+    monkeypatch.setenv(autotune.TABLE_VAR, str(tmp_path / "no-table"))  # the default mode, no table entries
     monkeypatch.delenv(autotune.MODE_VAR, raising=False)
     monkeypatch.setattr(autotune, "_WARNED", set())
     monkeypatch.setattr(autotune, "_CHOICES", {})
@@ -61,9 +62,10 @@ class Timer:
 # ----------------------------------------------------------------------------- environment
 
 
-def test_mode_is_on_by_default_and_a_bad_value_names_the_variable(monkeypatch):
-    assert autotune.mode() == "on"
-    for value in ("off", "ON", " refresh "):
+def test_mode_is_table_by_default_and_a_bad_value_names_the_variable(monkeypatch):
+    monkeypatch.delenv(autotune.MODE_VAR, raising=False)
+    assert autotune.mode() == "table"
+    for value in ("on", "off", "ON", " refresh ", "table"):
         monkeypatch.setenv(autotune.MODE_VAR, value)
         assert autotune.mode() == value.strip().lower()
     monkeypatch.setenv(autotune.MODE_VAR, "sometimes")
@@ -636,3 +638,114 @@ def test_the_kernel_cache_steps_aside_when_off_or_dumping(monkeypatch, cache_dir
     _get(lib)
     _get(lib)
     assert len(lib.compiled) == 3 and not (cache_dir / "kernels").exists()
+
+
+# ----------------------------------------------------------------------------- the tuning table
+
+
+def _table_dir(tmp_path, entries, device="NVIDIA H100"):
+    from workbench import tuning_table
+
+    folder = tmp_path / "table"
+    tuning_table.Table(device, entries).write(folder)
+    return folder
+
+
+def _entry(key, config):
+    from workbench import tuning_table
+
+    return tuning_table.entry_of(key, autotune.config_fields(config))
+
+
+def test_the_table_answers_before_anything_is_timed_and_the_cache_before_the_table(tmp_path, monkeypatch):
+    """Precedence in the default mode: this process's memory, the disk cache, the table (exact, then nearest
+    by head count), and only then timing; WORKBENCH_AUTOTUNE=on skips the table."""
+    configs = _configs()
+    folder = _table_dir(tmp_path, [_entry(_key(), configs[2])])
+    book = autotune.Choices(autotune.Store(tmp_path / "store"))
+    exact = book.from_table(_key(), configs, folder)
+    assert (exact.config.kwargs["BV"], exact.source) == (64, "table")
+    assert book.lookup(_key(), configs).source == "memory"  # remembered, not timed
+    other_heads = _key(key_values={"H": 16, "K": {"shape": [4], "dtype": "f"}})
+    nearest = autotune.Choices(autotune.Store(tmp_path / "store")).from_table(other_heads, configs, folder)
+    assert (nearest.config.kwargs["BV"], nearest.source) == (64, "table_nearest")
+    # another head dim is not "near": the table has nothing for it
+    assert book.from_table(_key(key_values={"H": 2, "K": {"shape": [8], "dtype": "f"}}), configs, folder) is None
+    assert book.from_table(_key(arrays=[["q", "float32", "given"]]), configs, folder) is None  # another dtype
+    assert book.from_table(_key(device="NVIDIA H200"), configs, folder) is None  # a device not in the table
+    assert book.from_table(_key(), configs[:2], folder) is None  # its config is no candidate here
+    # the disk cache wins over the table
+    store = autotune.Store(tmp_path / "store2")
+    autotune.Choices(store).tune(_key(), configs, Timer({16: 3.0, 32: 1.0, 64: 2.0}))
+    fresh = autotune.Choices(store)
+    assert fresh.lookup(_key(), configs).config.kwargs["BV"] == 32
+
+
+def test_a_table_for_another_source_is_ignored_with_one_warning(tmp_path):
+    configs = _configs()
+    folder = _table_dir(tmp_path, [_entry(_key(source="old"), configs[2])])
+    book = autotune.Choices(autotune.Store(tmp_path / "store"))
+    with pytest.warns(UserWarning, match="made for another kernel source or Triton version"):
+        assert book.from_table(_key(), configs, folder) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per kernel
+        assert book.from_table(_key(), configs, folder) is None
+    other_triton = _table_dir(tmp_path / "t", [_entry(_key(versions={"triton": "3.7.0", "jax_triton": "0.3.1"}),
+                                                      configs[2])])
+    with pytest.warns(UserWarning, match="another kernel source or Triton version"):
+        assert autotune.Choices(autotune.Store(tmp_path / "s")).from_table(_key(), configs, other_triton) is None
+
+
+def test_a_table_that_is_not_valid_json_is_ignored_with_a_warning(tmp_path):
+    from workbench import tuning_table
+
+    folder = tmp_path / "table"
+    folder.mkdir()
+    tuning_table.device_file("NVIDIA H100", folder).write_text("[{not json")
+    with pytest.warns(UserWarning, match="ignoring .*NVIDIA_H100.json"):
+        table = tuning_table.Table.load("NVIDIA H100", folder)
+    assert table.entries == [] and table.choose(_key(), [autotune.config_fields(c) for c in _configs()]) is None
+    tuning_table.device_file("NVIDIA H100", folder).write_text('[{"kernel": "k"}]')  # JSON, not entries
+    with pytest.warns(UserWarning, match="expected a list of entries"):
+        assert tuning_table.Table.load("NVIDIA H100", folder).entries == []
+
+
+def test_the_table_builder_turns_a_tuning_run_into_entries_that_choose_the_same(tmp_path):
+    """`workbench tune --write-table`'s steps on a stub timer: a tuning run's store becomes table entries, merged
+    into the device's file (a new entry replaces the one with the same identity), and a fresh process with
+    an empty cache then chooses what the run chose without timing."""
+    from workbench import tuning_table
+
+    configs = _configs()
+    store = autotune.Store(tmp_path / "run")
+    keys = [_key(), _key(key_values={"H": 8, "K": {"shape": [4], "dtype": "f"}})]
+    autotune.Choices(store).tune(keys[0], configs, Timer({16: 3.0, 32: 1.0, 64: 2.0}))
+    autotune.Choices(store).tune(keys[1], configs, Timer({16: 0.5, 32: 1.0, 64: 2.0}))
+    entries = tuning_table.entries_from_store(tmp_path / "run")
+    assert sorted(e["config"]["kwargs"]["BV"] for e in entries) == [16, 32]
+    folder = tmp_path / "table"
+    old = tuning_table.Table("NVIDIA H100", [_entry(keys[0], configs[2])])  # an older choice for keys[0]
+    path = old.merged(entries).write(folder)
+    assert path == tuning_table.device_file("NVIDIA H100", folder) and len(json.loads(path.read_text())) == 2
+    book = autotune.Choices(autotune.Store(tmp_path / "empty"))
+    assert [book.from_table(k, configs, folder).config.kwargs["BV"] for k in keys] == [32, 16]
+
+
+def test_the_default_mode_launches_the_table_config_untimed(cache_dir, tmp_path, monkeypatch):
+    """Through `autotune.call` (stub launcher and timer): the default mode takes the table's config without
+    timing; WORKBENCH_AUTOTUNE=on times the candidates as before."""
+    launcher = Launcher()
+    timer = lambda config, run: pytest.fail("the table's config needs no timing")  # noqa: E731
+    args = _arrays()
+    p = autotune.plan(recurrent_kernels.recurrent_fwd_kernel, args, _recurrent_call()[1], _recurrent_call()[2],
+                      device="NVIDIA H100", versions=autotune.versions())
+    assert len(p.candidates) > 1
+    monkeypatch.setenv(autotune.TABLE_VAR, str(_table_dir(tmp_path, [_entry(p.key, p.candidates[-1])])))
+    _gpu_call(args, launcher, timer, tune_inputs={"cu_seqlens": CU})
+    assert autotune.STATS["chosen_table"] == 1 and "chosen_tuned" not in autotune.STATS
+    assert launcher.launches[-1]["num_warps"] == p.candidates[-1].num_warps
+    monkeypatch.setattr(autotune, "_CHOICES", {})
+    monkeypatch.setenv(autotune.MODE_VAR, "on")
+    timed = []
+    _gpu_call(args, launcher, lambda config, run: timed.append(config) or 1.0, tune_inputs={"cu_seqlens": CU})
+    assert len(timed) == len(p.candidates) and autotune.STATS["chosen_tuned"] == 1

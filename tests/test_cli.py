@@ -92,3 +92,18 @@ def test_verify_flash_attention_fails_on_a_wrong_empty_row_lse(tmp_path, capsys,
     assert status == 1
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]
     assert [r["name"] for r in rows if not r["ok"]] == ["lse"], stdout
+
+
+def test_tune_is_refused_without_a_gpu_and_needs_its_flag(capsys):
+    """`workbench tune --write-table` tunes on a GPU only: in the interpreter it is refused (exit 2) and
+    writes nothing; without --write-table argparse refuses it."""
+    from workbench import launch, tuning_table
+
+    if not launch.INTERPRET:
+        pytest.skip("on a GPU this would tune for minutes")
+    before = sorted(tuning_table.FOLDER.glob("*.json")) if tuning_table.FOLDER.exists() else []
+    assert cli.main(["tune", "--write-table", "--op", "recurrent", "--shapes", "tiny"]) == 2
+    assert "refused: no CUDA GPU" in capsys.readouterr().err
+    assert (sorted(tuning_table.FOLDER.glob("*.json")) if tuning_table.FOLDER.exists() else []) == before
+    with pytest.raises(SystemExit):
+        cli.main(["tune"])

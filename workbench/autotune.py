@@ -14,7 +14,9 @@ autotuned kernel (`launch.triton_call`, GPU branch):
    dtype; flags computed by its `@triton.heuristics` included), every array argument's dtype and
    whether it is given, the device kind, and the Triton and jax-triton versions;
 3. choice: remembered in this process, else read from `$WORKBENCH_CACHE_DIR/autotune/<sha256>.json`,
-   else *tuned ahead*: while the caller's function is traced, every candidate runs eagerly on
+   else (the default mode) the shipped tuning table's entry for the key, or the nearest one of the same
+   kernel on the same GPU kind (`tuning_table`: nothing is timed), else *tuned ahead*: while the
+   caller's function is traced, every candidate runs eagerly on
    synthesized inputs of the same shapes and dtypes (floats uniform in [-0.1, 0]: log-decay gates stay
    ≤ 0 and nothing overflows) and is timed; the fastest is stored. Integer arrays (sequence bounds,
    chunk-slot tables, seeds) cannot be made up: a kernel would read out of bounds. They are used when
@@ -28,8 +30,10 @@ autotuned kernel (`launch.triton_call`, GPU branch):
    once is kept in `$WORKBENCH_CACHE_DIR/kernels/<sha256>.json` (PTX, TTIR, name, shared memory,
    specialization) and rebuilt from there by the next process instead of compiled again.
 
-WORKBENCH_AUTOTUNE=on (default) reads and writes both caches and tunes ahead on a miss; `refresh`
-tunes again (once per key and process) and overwrites; `off` uses neither, as before this module.
+WORKBENCH_AUTOTUNE=table (default) reads and writes both caches, then asks the tuning table, and tunes
+ahead only where neither has a choice; `on` skips the table (the cache, else tuning); `refresh` tunes
+again (once per key and process) and overwrites; `off` uses neither cache nor table, as before this
+module (each kernel's first config, or jax-triton's own tuning).
 Cache files are written to a temporary file in the same folder and renamed, so two processes writing
 one key leave one whole file; a file that cannot be read or parsed is ignored with a warning and
 replaced, an unwritable folder is a warning: the cache never makes a call fail.
@@ -60,13 +64,15 @@ from typing import Any
 
 MODE_VAR = "WORKBENCH_AUTOTUNE"
 CACHE_VAR = "WORKBENCH_CACHE_DIR"
-MODES = ("on", "off", "refresh")
+MODES = ("table", "on", "off", "refresh")
+TABLE_VAR = "WORKBENCH_TUNING_TABLE"  # a folder of table files to read instead of the package's (tests, a new table)
 FORMAT = 1  # of the files; part of every key, so a new layout never reads an old file
 SAMPLES, REPS = 3, 5  # a config's time: the best of SAMPLES means of REPS calls issued back to back
 
 STATS: collections.Counter = collections.Counter()
 """What this process did: configs `chosen_only` (one candidate), `chosen_memory`, `chosen_disk`,
-`tuned`, `fallback` (jax-triton's autotuning); kernels `kernels_loaded` (from disk), `kernels_compiled`."""
+`chosen_table`, `chosen_table_nearest`, `tuned`, `fallback` (jax-triton's autotuning); kernels
+`kernels_loaded` (from disk), `kernels_compiled`."""
 
 _LOCK = threading.Lock()
 
@@ -79,8 +85,8 @@ class CacheWarning(UserWarning):
 
 
 def mode() -> str:
-    """WORKBENCH_AUTOTUNE: `on` (default), `off` or `refresh`."""
-    value = os.environ.get(MODE_VAR, "on").strip().lower() or "on"
+    """WORKBENCH_AUTOTUNE: `table` (default), `on`, `off` or `refresh`."""
+    value = os.environ.get(MODE_VAR, "table").strip().lower() or "table"
     if value not in MODES:
         raise ValueError(f"{MODE_VAR}: expected one of {', '.join(MODES)}, got {os.environ[MODE_VAR]!r}")
     return value
@@ -221,7 +227,7 @@ def tuning_key(*, kernel: str, source: str, candidates: Sequence[Any], key_value
 @dataclasses.dataclass
 class Choice:
     config: Any
-    source: str  # "only" | "memory" | "disk" | "tuned"
+    source: str  # "only" | "memory" | "disk" | "table" | "table_nearest" | "tuned"
 
 
 class Choices:
@@ -254,6 +260,21 @@ class Choices:
         with _LOCK:
             self.memory[name] = (index, "disk")
         return Choice(candidates[index], "disk")
+
+    def from_table(self, key: Mapping[str, Any], candidates: Sequence[Any], folder: Path | None = None
+                   ) -> Choice | None:
+        """The shipped tuning table's choice for `key` (`tuning_table.Table.choose`: an exact entry, else the
+        nearest of the same kernel on the same device), remembered in this process; None when it has none."""
+        from . import tuning_table  # here: tests load this file alone, without the package
+
+        folder = Path(folder or os.environ.get(TABLE_VAR) or tuning_table.FOLDER)
+        found = tuning_table.table_for(key["device"], folder).choose(key, [config_fields(c) for c in candidates])
+        if found is None:
+            return None
+        index, source = found
+        with _LOCK:
+            self.memory[digest(key)] = (index, source)
+        return Choice(candidates[index], source)
 
     def tune(self, key: Mapping[str, Any], candidates: Sequence[Any], timer: Callable[[Any], float]) -> Choice:
         """Time every candidate (`timer(config)` → ms; an exception counts as never finishing), keep the
@@ -506,6 +527,8 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
                              f"(arguments: {', '.join(p.arg_names[:len(args)])})")
     book = choices_for(cache_dir())
     choice = book.lookup(p.key, p.candidates, refresh=current == "refresh")
+    if choice is None and current == "table":
+        choice = book.from_table(p.key, p.candidates)
     if choice is None:
         with jax.ensure_compile_time_eval():
             inputs, missing = tuning_inputs(args, p.arg_names, tune_inputs)

@@ -180,12 +180,49 @@ def _first_call(args: argparse.Namespace, command: str) -> int:
     return 0
 
 
+def _tune_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "tune", help="tune every autotuned kernel at the bench shapes on this GPU; merge into the tuning table",
+        description="Run each op's Triton forward and forward+backward at its bench shapes with a fresh "
+                    "autotune cache and WORKBENCH_AUTOTUNE=refresh, then merge the chosen configs into "
+                    "workbench/tuning/<device>.json (the table looked up before anything is timed; "
+                    "docs/autotune.md). GPU only.")
+    p.add_argument("--write-table", action="store_true", required=True,
+                   help="tune and write the table (the one thing this command does; required, so that a bare "
+                        "`workbench tune` does not spend minutes of GPU time by accident)")
+    p.add_argument("--op", action="append", choices=sorted(bench.OPS), metavar="NAME",
+                   help=f"op to tune (repeatable; default all: {', '.join(bench.OPS)})")
+    p.add_argument("--shapes", default="target,sweep", metavar="LIST",
+                   help="comma list of shape sets (default target,sweep)")
+    p.add_argument("--dtypes", default="", metavar="LIST",
+                   help="comma list of dtypes (default each op's bench dtype), e.g. bfloat16,float16,float32")
+    p.add_argument("--head-dims", type=_int_list, default=[], metavar="LIST",
+                   help="also every shape at these head dimensions (K = V, or D), e.g. 64,128,256")
+    p.add_argument("--folder", type=Path, metavar="DIR", help="table folder (default the package's workbench/tuning)")
+    p.set_defaults(run=_tune)
+
+
+def _tune(args: argparse.Namespace, command: str) -> int:
+    from .bench import tune
+
+    try:
+        path = tune.write_table(args.op or list(bench.OPS), [s for s in args.shapes.split(",") if s],
+                                dtypes=[d for d in args.dtypes.split(",") if d], head_dims=args.head_dims,
+                                **({"folder": args.folder} if args.folder else {}))
+    except bench.Refused as exc:
+        print(f"workbench tune: refused: {exc}", file=sys.stderr)
+        return 2
+    print(f"table: {path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _verify_parser(subparsers)
     _bench_parser(subparsers)
+    _tune_parser(subparsers)
     args = parser.parse_args(argv)
     try:
         return args.run(args, shlex.join(["workbench", *argv]))

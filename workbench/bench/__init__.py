@@ -22,6 +22,8 @@ The package, one job per module:
     harness.py     one run: contenders, timings, errors, ratios
     first_call.py  `--first-call`: wall seconds of a fresh process to its first result, cold then cached
     ring.py        `--op ring_attention`: the ring's weak scaling over the visible devices
+    data_parallel.py  `--data-parallel`: an op with its batch over every device, against one device's share
+    tune.py        `workbench tune --write-table`: the GPU's choices into the shipped tuning table
     records.py     record files: names claimed, partial records, append-only writes
     table.py       the printed tables
 
