@@ -40,8 +40,10 @@ def _configs(n=3):
 
 
 def _key(**changes):
-    fields = dict(kernel="k", source="abc", candidates=_configs(), key_values={"H": 2, "K": {"shape": [4], "dtype": "f"}},
-                  arrays=[["q", "bfloat16", "given"]], device="NVIDIA H100", versions={"triton": "3.6.0", "jax_triton": "0.3.1"})
+    fields = dict(kernel="k", source="abc", candidates=_configs(),
+                  key_values={"H": 2, "K": {"shape": [4], "dtype": "f"}},
+                  arrays=[["q", "bfloat16", "given"]], device="NVIDIA H100",
+                  versions={"triton": "3.6.0", "jax_triton": "0.3.1"})
     return autotune.tuning_key(**{**fields, **changes})
 
 
