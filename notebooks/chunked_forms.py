@@ -54,7 +54,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 jax.config.update("jax_enable_x64", True)
-print("Triton runs", "in the interpreter (CPU)" if workbench._backend.INTERPRET else "compiled (CUDA)")
+print("Triton runs", "in the interpreter (CPU)" if workbench.INTERPRET else "compiled (CUDA)")
 checks = {}
 
 # %% [markdown]

@@ -61,7 +61,7 @@ jax.config.update("jax_enable_x64", True)  # the float64 oracle
 # padding lane that saw no key, fa.10): expected, not an error.
 warnings.filterwarnings("ignore", message="divide by zero encountered in log2", category=RuntimeWarning)
 
-print("Triton runs", "in the interpreter (CPU)" if workbench._backend.INTERPRET else "compiled (CUDA)")
+print("Triton runs", "in the interpreter (CPU)" if workbench.INTERPRET else "compiled (CUDA)")
 print(f"budget: kernel error <= {testing.RATIO} x reference error + atol {testing.ATOL}")
 checks = {}  # name -> bool, asserted at the end
 

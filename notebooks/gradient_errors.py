@@ -50,7 +50,7 @@ from matplotlib_inline.backend_inline import set_matplotlib_formats
 set_matplotlib_formats("png")  # show the Figure objects that workbench.plots returns
 
 jax.config.update("jax_enable_x64", True)  # the float64 oracle
-print("Triton runs", "in the interpreter (CPU)" if workbench._backend.INTERPRET else "compiled (CUDA)")
+print("Triton runs", "in the interpreter (CPU)" if workbench.INTERPRET else "compiled (CUDA)")
 print(f"budget: kernel error <= {testing.RATIO} x reference error + atol {testing.ATOL}")
 
 # %% [markdown]

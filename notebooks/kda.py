@@ -49,7 +49,7 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 np.set_printoptions(precision=3, suppress=True, linewidth=110)
-print("Triton runs", "in the interpreter (CPU)" if workbench._backend.INTERPRET else "compiled (CUDA)")
+print("Triton runs", "in the interpreter (CPU)" if workbench.INTERPRET else "compiled (CUDA)")
 checks = {}
 
 # %% [markdown]

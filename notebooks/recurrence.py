@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
-print("Triton runs", "in the interpreter (CPU)" if workbench._backend.INTERPRET else "compiled (CUDA)")
+print("Triton runs", "in the interpreter (CPU)" if workbench.INTERPRET else "compiled (CUDA)")
 
 # %% [markdown]
 # ## 1. One step

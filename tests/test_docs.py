@@ -151,6 +151,19 @@ def test_nothing_refers_outside_the_repository():
     assert not hits, "references to files outside the repository:\n" + "\n".join(hits)
 
 
+PRIVATE_USE = re.compile(r"\bworkbench(\.\w+)*\._\w+|from workbench[\w.]* import [^#\n]*\b_\w+")
+
+
+def test_notebooks_use_only_public_names():
+    """A notebook shows what a user can write: nothing private of `workbench` (a `_name` attribute or import)."""
+    hits = [f"{path.name}:{n}: {line.strip()}" for path in sorted((ROOT / "notebooks").glob("*.py"))
+            for n, line in enumerate(path.read_text().splitlines(), 1) if PRIVATE_USE.search(line)]
+    assert not hits, "private names in notebooks:\n" + "\n".join(hits)
+    assert PRIVATE_USE.search("x = workbench._backend.INTERPRET") and PRIVATE_USE.search(
+        "from workbench.launch import _unwrap, triton_call")  # the check can fail
+    assert not PRIVATE_USE.search("from workbench.testing import check  # _private in a comment")
+
+
 # ----------------------------------------------------------------------------- README vs CI
 
 
