@@ -249,8 +249,10 @@ DKDV_CONFIGS = bwd_configs([(64, 128, 8, 2), (32, 128, 8, 3), (32, 64, 4, 2)])
 # with this config alone (scripts/config_times.py, one process): (64, 128, 8, 2) 3.14 / 5.12,
 # (32, 128, 8, 2) 3.58 / 6.32, (32, 64, 4, 2) 3.80 / 6.58, (64, 64, 4, 2) 4.98 / 8.17 (dropped); the
 # two-pass backward 3.21 / 5.40 in the same machine's bench run. The first spills (255 registers, 128
-# stack bytes: scripts/kernel_resources.py); (64, 64, 8, 2|3) compile without spills (not yet timed: twice
-# the atomic additions per dq element). (32, 64, 4, 2) is the fallback.
+# stack bytes: scripts/kernel_resources.py); (64, 64, 8, 2|3) compile without spills (twice the atomic
+# additions per dq element), listed for scripts/config_times.py to time alone: a launch runs only the first
+# entry (or the fallback, _prune_large_heads), so no call reaches them before a measurement puts one
+# first. (32, 64, 4, 2) is the fallback.
 DKDV_DQ_CONFIGS = bwd_configs([(64, 128, 8, 2), (32, 128, 8, 2), (64, 64, 8, 2), (64, 64, 8, 3), (32, 64, 4, 2)])
 
 
