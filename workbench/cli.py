@@ -108,74 +108,54 @@ def _bench_parser(subparsers) -> None:
 
 
 def _bench(args: argparse.Namespace, command: str) -> int:
-    implementations = [s.strip() for s in args.implementations.split(",") if s.strip()]
-    ring = args.op == "ring_attention"
     if args.first_call:
         return _first_call(args, command)
     if args.data_parallel:
         return _data_parallel(args, command)
-    args.out = args.out or bench.DEFAULT_OUT
-    try:
-        if ring:
-            record = bench_ring.run(args.shapes, iters=args.iters, reps=args.reps, command=command)
-        else:
-            stamp = bench.claim_stamp(args.op, args.out)
-            try:
-                record = bench.run(args.op, args.shapes, iters=args.iters, reps=args.reps,
-                                   implementations=implementations, peers=args.peers, command=command, tokens=args.T,
-                                   errors_from=args.errors_from,
-                                   variants=(False if args.no_variants else
-                                             [v.strip() for v in args.variants.split(",") if v.strip()]
-                                             if args.variants else True),
-                                   progress=lambda partial: bench.write_partial(partial, args.out, stamp))
-            except BaseException:
-                bench.release_stamp(args.op, args.out, stamp)
-                raise
-        path = bench.write(record, args.out, None if ring else stamp)
-    except bench.Refused as exc:
-        print(f"workbench bench: refused: {exc}", file=sys.stderr)
-        return 2
-    print(bench_ring.table(record) if ring else bench.table(record))
-    print(f"\nrecord: {path}")
-    return 0
+    out = args.out or bench.DEFAULT_OUT
+    if args.op == "ring_attention":
+        return _recorded(args.op, out, lambda stamp: bench_ring.run(args.shapes, iters=args.iters, reps=args.reps,
+                                                                    command=command),
+                         bench_ring.table, claim=False)
+    implementations = [s.strip() for s in args.implementations.split(",") if s.strip()]
+    variants = (False if args.no_variants else
+                [v.strip() for v in args.variants.split(",") if v.strip()] if args.variants else True)
+    return _recorded(args.op, out, lambda stamp: bench.run(
+        args.op, args.shapes, iters=args.iters, reps=args.reps, implementations=implementations, peers=args.peers,
+        command=command, tokens=args.T, errors_from=args.errors_from, variants=variants,
+        progress=lambda partial: bench.write_partial(partial, out, stamp)), bench.table)
 
 
 def _data_parallel(args: argparse.Namespace, command: str) -> int:
     if args.op == "ring_attention":
         raise ValueError("--data-parallel: ring_attention shards the sequence; its bench is weak scaling (no flag)")
-    out = args.out or bench_data_parallel.OUT
-    try:
-        stamp = bench.claim_stamp(args.op, out)
-        try:
-            record = bench_data_parallel.run(args.op, args.shapes, iters=args.iters, reps=args.reps, command=command)
-        except BaseException:
-            bench.release_stamp(args.op, out, stamp)
-            raise
-        path = bench.write(record, out, stamp)
-    except bench.Refused as exc:
-        print(f"workbench bench: refused: {exc}", file=sys.stderr)
-        return 2
-    print(bench_data_parallel.table(record))
-    print(f"\nrecord: {path}")
-    return 0
+    return _recorded(args.op, args.out or bench_data_parallel.OUT, lambda stamp: bench_data_parallel.run(
+        args.op, args.shapes, iters=args.iters, reps=args.reps, command=command), bench_data_parallel.table)
 
 
 def _first_call(args: argparse.Namespace, command: str) -> int:
     if args.op == "ring_attention":
         raise ValueError("--first-call: ring_attention has no first-call mode (its bench runs on several devices)")
-    out = args.out or bench.FIRST_CALL_OUT
+    return _recorded(args.op, args.out or bench.FIRST_CALL_OUT,
+                     lambda stamp: bench.first_call(args.op, args.shapes, command=command), bench.first_call_table)
+
+
+def _recorded(op: str, out, make_record, table, claim: bool = True) -> int:
+    """Run `make_record(stamp)` under a record name claimed in `out` (given back if the run fails), write the
+    record, print `table(record)` and its path; a refused run is exit status 2."""
     try:
-        stamp = bench.claim_stamp(args.op, out)
+        stamp = bench.claim_stamp(op, out) if claim else None
         try:
-            record = bench.first_call(args.op, args.shapes, command=command)
+            record = make_record(stamp)
         except BaseException:
-            bench.release_stamp(args.op, out, stamp)
+            if claim:
+                bench.release_stamp(op, out, stamp)
             raise
         path = bench.write(record, out, stamp)
     except bench.Refused as exc:
         print(f"workbench bench: refused: {exc}", file=sys.stderr)
         return 2
-    print(bench.first_call_table(record))
+    print(table(record))
     print(f"\nrecord: {path}")
     return 0
 
