@@ -76,11 +76,14 @@ def _explicit_spec(x) -> tuple | None:
     if mesh is None or not getattr(mesh, "axis_names", ()):
         return None
     explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t == AxisType.Explicit}
-    entries = []
-    for entry in tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec)):
-        names = () if entry is None else ((entry,) if isinstance(entry, str) else tuple(entry))
-        entries.append(tuple(n for n in names if n in explicit))
-    return tuple(entries) if any(entries) else None
+    entries = tuple(tuple(n for n in names if n in explicit) for names in _spec_entries(sharding.spec, x.ndim))
+    return entries if any(entries) else None
+
+
+def _spec_entries(spec, ndim: int) -> tuple[tuple, ...]:
+    """The mesh axes of each of `ndim` dimensions in a PartitionSpec, as tuples (() where it names none)."""
+    return tuple(() if e is None else (e,) if isinstance(e, str) else tuple(e)
+                 for e in tuple(spec) + (None,) * (ndim - len(spec)))
 
 
 def explicitly_sharded(*arrays) -> bool:
@@ -198,10 +201,8 @@ def _automatic_axes(mesh, present, dims) -> tuple[tuple, tuple]:
 
 def _explicit_spec_of(spec: P, ndim: int) -> tuple | None:
     """`_explicit_spec`'s form of a PartitionSpec (every named axis counted)."""
-    entries = []
-    for entry in tuple(spec) + (None,) * (ndim - len(spec)):
-        entries.append(() if entry is None else ((entry,) if isinstance(entry, str) else tuple(entry)))
-    return tuple(entries) if any(entries) else None
+    entries = _spec_entries(spec, ndim)
+    return entries if any(entries) else None
 
 
 # ----------------------------------------------------------------------------- the linear-attention ops' arguments
