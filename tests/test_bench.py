@@ -449,18 +449,19 @@ print("other output", flush=True)
 time.sleep(0.05 if found else 0.4)
 (cache / "autotune").mkdir(exist_ok=True)
 (cache / "autotune" / "entry.json").write_text("{}")
-assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(cache / "jax") and os.environ["WORKBENCH_AUTOTUNE"] == "on"
+assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(cache / "jax") and os.environ["WORKBENCH_AUTOTUNE"] == sys.argv[2]
 for i in range(int(sys.argv[1])):
     print(mark + json.dumps({"shape": i}), flush=True)
 print(mark + json.dumps({"done": True, "stats": {"chosen_disk" if found else "chosen_tuned": 3}}), flush=True)
 """
 
 
-def test_first_call_times_a_cold_then_a_cached_process_sharing_one_cache(monkeypatch):
-    monkeypatch.setenv("WORKBENCH_AUTOTUNE", "off")  # the mode is set for the children whatever the caller has
+def test_first_call_times_a_cold_then_a_cached_process_sharing_one_cache(monkeypatch, tmp_path):
+    monkeypatch.delenv("WORKBENCH_AUTOTUNE", raising=False)  # the children get the default, the table
+    monkeypatch.setenv("WORKBENCH_TUNING_TABLE", str(tmp_path))  # an empty table folder: 0 entries recorded
     n = len(bench.OPS["flash_attention"].shape_sets["tiny"])
     record = bench.first_call("flash_attention", "tiny", command="x",
-                              child=[sys.executable, "-c", STUB_CHILD, str(n)])
+                              child=[sys.executable, "-c", STUB_CHILD, str(n), "table"])
     assert FIRST_CALL_KEYS <= set(record) and record["op"] == "flash_attention" and record["shape_set"] == "tiny"
     assert {"name", "kind", "platform"} <= set(record["device"]) and "commit" in record["git"]
     fc = record["first_call"]
@@ -472,8 +473,21 @@ def test_first_call_times_a_cold_then_a_cached_process_sharing_one_cache(monkeyp
     assert fc["met"] == (fc["ratio"] <= 0.25) and fc["goal_ratio"] == 0.25
     assert fc["cache_left"] == {"autotune_files": 1, "kernel_files": 0, "jax_files": 0}
     assert fc["environment"]["JAX_COMPILATION_CACHE_DIR"] == "<that folder>/jax"
+    assert fc["environment"]["WORKBENCH_AUTOTUNE"] == "table"
+    assert fc["table"] == {"folder": str(tmp_path), "device_entries": 0}
     table = bench.first_call_table(record)
     assert f"ratio {fc['ratio']:.3f}" in table and ("NOT met" in table) != fc["met"]
+    assert "WORKBENCH_AUTOTUNE=table" in table and "0 entries" in table
+
+
+def test_first_call_passes_the_callers_autotune_mode_and_rejects_a_bad_one(monkeypatch):
+    n = len(bench.OPS["recurrent"].shape_sets["tiny"])
+    monkeypatch.setenv("WORKBENCH_AUTOTUNE", "on")  # as a machine without a table: every config timed
+    record = bench.first_call("recurrent", "tiny", child=[sys.executable, "-c", STUB_CHILD, str(n), "on"])
+    assert record["first_call"]["environment"]["WORKBENCH_AUTOTUNE"] == "on"
+    monkeypatch.setenv("WORKBENCH_AUTOTUNE", "sometimes")
+    with pytest.raises(ValueError, match="WORKBENCH_AUTOTUNE"):
+        bench.first_call("recurrent", "tiny", child=[sys.executable, "-c", STUB_CHILD, str(n), "sometimes"])
 
 
 def test_first_call_fails_loudly_when_the_child_does():

@@ -40,14 +40,16 @@ def first_call(op_name: str, shape_set: str = "target", *, command: str = "",
 
     Two processes run one after the other (`child`, default `python -m workbench.bench
     --first-call-child OP SET`), with `WORKBENCH_CACHE_DIR` a fresh temporary folder shared by both,
-    `WORKBENCH_AUTOTUNE=on`, and JAX's persistent compilation cache in `<that folder>/jax` (every
-    compile kept). Each computes, for every shape of the set in turn, the op's Triton path under
+    the caller's `WORKBENCH_AUTOTUNE` (default `table`: the cold process takes the shipped tuning
+    table's configs where it has them; `on` times every config, as a machine without a table does), and
+    JAX's persistent compilation cache in `<that folder>/jax` (every compile kept). Each computes, for every shape of the set in turn, the op's Triton path under
     `jax.jit` (forward, then forward+backward with random cotangents, as `run` does) and reports on
     stdout as each result is ready. `cold_s` and `cached_s` are wall seconds from just before the
     process is started to its last shape's first forward+backward result; `ratio` = cached_s / cold_s.
     The record keeps, per process, the seconds to its imports (`startup_s`) and to each shape's
     result, what `workbench.autotune` did (`stats`), and the number of files the first process left in
-    each cache. The folder is removed afterwards.
+    each cache, and the table folder read with its number of entries for this device. The folder is
+    removed afterwards.
     """
     if op_name not in OPS:
         raise ValueError(f"--op: unknown op {op_name!r} for --first-call; known: {', '.join(OPS)}")
@@ -59,11 +61,16 @@ def first_call(op_name: str, shape_set: str = "target", *, command: str = "",
                       f"use --shapes {' or '.join(op.cpu_shape_sets)} for a smoke test, or run on a GPU")
     if launch.INTERPRET:
         say("warning: Triton is interpreted on this CPU: no cache applies, the figures are meaningless")
+    from .. import autotune, tuning_table
+
+    mode = autotune.mode()  # the caller's WORKBENCH_AUTOTUNE (default `table`), checked here, passed on
+    table_folder = Path(os.environ.get(autotune.TABLE_VAR) or tuning_table.FOLDER)
+    table_entries = len(tuning_table.Table.load(device_info()["kind"], table_folder).entries)
     root = Path(__file__).resolve().parents[2]
     argv = list(child or [sys.executable, "-m", "workbench.bench", "--first-call-child", op_name, shape_set])
     t_start = time.perf_counter()
     cache = Path(tempfile.mkdtemp(prefix="workbench-first-call-"))
-    settings = {"WORKBENCH_CACHE_DIR": "<a fresh temporary folder>", "WORKBENCH_AUTOTUNE": "on",
+    settings = {"WORKBENCH_CACHE_DIR": "<a fresh temporary folder>", "WORKBENCH_AUTOTUNE": mode,
                 "JAX_COMPILATION_CACHE_DIR": "<that folder>/jax", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
                 "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
     env = {**os.environ, **settings, "WORKBENCH_CACHE_DIR": str(cache), "JAX_COMPILATION_CACHE_DIR": str(cache / "jax"),
@@ -89,6 +96,7 @@ def first_call(op_name: str, shape_set: str = "target", *, command: str = "",
         "shapes": [dict(s) for s in op.shape_sets[shape_set]], "dtype": op.dtype,
         "first_call": {"cold_s": cold, "cached_s": cached, "ratio": cached / cold, "goal_ratio": FIRST_CALL_GOAL,
                        "met": cached <= FIRST_CALL_GOAL * cold, "cache_left": left, "environment": settings,
+                       "table": {"folder": str(table_folder), "device_entries": table_entries},
                        "child": argv[1:] if child is None else argv, "runs": runs},
         "seconds": time.perf_counter() - t_start, "complete": True,
     }

@@ -2,6 +2,10 @@
 
 Adding an op: write its input factory, its call, its byte estimate and its peers (`peers.py`), and add an
 `OpBench` to `OPS`.
+
+Shape sets: `target` (the op's speed target), `sweep` (1k … 64k tokens), `off_table` (the target's head
+dims at T = 3000 and H = 12, which no tuning-table entry has: `workbench bench --first-call --shapes
+off_table` measures a first call served by the table's nearest entries) and `tiny` (the interpreter's).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ RECURRENT = OpBench(
         "target": (dict(B=8, T=4096, H=16, K=64, V=64),),  # the foundation issue's target
         # 1k … 64k tokens; at 64k the errors are measured against the peers (max_T, error_sources)
         "sweep": tuple(dict(B=1, T=2 ** e, H=16, K=64, V=64) for e in range(10, 17)),
+        "off_table": (dict(B=8, T=3000, H=12, K=64, V=64),),  # no table entry: served by the nearest (H 16)
         "tiny": (dict(B=1, T=16, H=2, K=8, V=8),),
     },
     cpu_shape_sets=("tiny",),
@@ -73,6 +78,7 @@ CHUNK_GLA = OpBench(
         "target": (dict(B=8, T=4096, H=16, K=64, V=64),),  # the chunk_gla issue's target
         # 1k … 64k tokens; past 16k the errors are measured against fla's chunk_gla (max_T)
         "sweep": tuple(dict(B=1, T=2 ** e, H=16, K=64, V=64) for e in range(10, 17)),
+        "off_table": (dict(B=8, T=3000, H=12, K=64, V=64),),  # no table entry: served by the nearest (H 16)
         "tiny": (dict(B=1, T=40, H=2, K=16, V=16),),
     },
     cpu_shape_sets=("tiny",),
@@ -121,6 +127,7 @@ def _chunk_kda_bench() -> OpBench:
         shape_sets={
             "target": (dict(B=8, T=4096, H=16, K=128, V=128),),  # the KDA issue's target
             "sweep": tuple(dict(B=1, T=2 ** e, H=16, K=128, V=128) for e in range(10, 17)),  # 1k … 64k
+            "off_table": (dict(B=8, T=3000, H=12, K=128, V=128),),  # no table entry: served by the nearest (H 16)
             "tiny": (dict(B=1, T=40, H=2, K=16, V=16),),
         },
         cpu_shape_sets=("tiny",),
@@ -182,6 +189,8 @@ FLASH_ATTENTION = OpBench(
         # 1k … 64k tokens; past 8k the dense reference and XLA are skipped (max_T) and the errors are
         # measured against cuDNN
         "sweep": tuple(dict(B=1, T=2 ** e, H=16, D=128, causal=c) for c in (1, 0) for e in range(10, 17)),
+        # no table entry: served by the nearest (H 16)
+        "off_table": (dict(B=4, T=3000, H=12, D=128, causal=1), dict(B=4, T=3000, H=12, D=128, causal=0)),
         "tiny": (dict(B=1, T=32, H=2, D=16, causal=1),),
     },
     cpu_shape_sets=("tiny",),

@@ -19,6 +19,10 @@ def first_call_table(record: Mapping[str, Any]) -> str:
         lines.append(f"  {name:6s} imports {startup}, results at {', '.join(f'{t:.2f}' for t in run['result_s'])} s; "
                      f"autotune: {stats}")
     lines.append("  left by the first: " + ", ".join(f"{k} {v}" for k, v in fc["cache_left"].items()))
+    mode, table = fc["environment"]["WORKBENCH_AUTOTUNE"], fc.get("table")
+    if table is not None:
+        lines.append(f"  WORKBENCH_AUTOTUNE={mode}; tuning table {table['folder']}: "
+                     f"{table['device_entries']} entries for {dev['kind']}")
     if record["interpreted"]:
         lines.append("  INTERPRETED: no cache applies, the figures are meaningless")
     return "\n".join(lines)
