@@ -4,6 +4,7 @@ stub compiler. The real thing (jax-triton on a GPU) is exercised by `workbench b
 
 import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -751,3 +752,123 @@ def test_the_default_mode_launches_the_table_config_untimed(cache_dir, tmp_path,
     timed = []
     _gpu_call(args, launcher, lambda config, run: timed.append(config) or 1.0, tune_inputs={"cu_seqlens": CU})
     assert len(timed) == len(p.candidates) and autotune.STATS["chosen_tuned"] == 1
+
+
+SHIPPED_TABLE_CHECK = """
+import importlib, json, pkgutil, sys
+import workbench  # first: WORKBENCH_INTERPRET=0 keeps Triton compiled, as on a GPU (no GPU is needed to hash)
+import triton
+from triton.runtime.autotuner import Autotuner, Heuristics
+from workbench import autotune, tuning_table
+
+kernels = []
+for info in pkgutil.walk_packages(workbench.__path__, "workbench."):
+    if info.name.startswith("workbench.bench") or info.name.endswith("__main__"):
+        continue
+    module = importlib.import_module(info.name)
+    for value in vars(module).values():
+        if isinstance(value, Autotuner):
+            fn = value.fn
+            while isinstance(fn, Heuristics):  # the jitted function under the heuristics, as the launcher keys it
+                fn = fn.fn
+            kernels.append(fn)
+if sys.argv[1:] == ["reverse"]:  # Triton's own keys computed first, in the other order: ours must not notice
+    kernels.reverse()
+    for fn in kernels:
+        fn.cache_key
+hashes = {}
+for fn in kernels:
+    hashes.setdefault(autotune.function_name(fn), set()).add(autotune.source_hash(fn))
+stale = []
+for path in sorted(tuning_table.FOLDER.glob("*.json")):
+    for e in json.loads(path.read_text()):
+        if e["source"] not in hashes.get(e["kernel"], ()) or e["triton"] != triton.__version__:
+            stale.append(f"{path.name}: {e['kernel']} {json.dumps(e['key'], sort_keys=True)}")
+print(json.dumps({"hashes": {k: sorted(v) for k, v in hashes.items()}, "stale": stale}))
+"""
+
+
+def _compiled_mode(script, *args, cwd=None):
+    """Run `script` in a process with Triton compiled (WORKBENCH_INTERPRET=0; hashing needs no GPU); its
+    last stdout line as JSON."""
+    env = {**os.environ, "WORKBENCH_INTERPRET": "0", "TRITON_INTERPRET": "0"}
+    result = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
+                            timeout=300, cwd=cwd or Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_the_shipped_tables_entries_serve_the_current_kernels():
+    """Every entry of every table file in workbench/tuning/ names an autotuned kernel of the package with
+    its current source hash (Triton's `cache_key` of the compiled-mode function, computed without a GPU in
+    a process with WORKBENCH_INTERPRET=0) and the installed Triton: an entry made for older kernel text
+    would be ignored at run time (one warning) and is dead weight. After changing a kernel, rebuild its
+    entries on each GPU kind (`workbench tune --write-table`) or delete them (that kernel is then timed on
+    first use)."""
+    found = _compiled_mode(SHIPPED_TABLE_CHECK)
+    assert len(found["hashes"]) >= 20, found  # the walk found the package's autotuned kernels
+    assert not found["stale"], "stale tuning-table entries:\n" + "\n".join(found["stale"])
+
+
+def test_a_kernels_source_hash_does_not_depend_on_what_was_hashed_before():
+    """The same hashes when the kernels are hashed in the other order after Triton computed its own keys
+    in that order (Triton 3.6's `cache_key` of chunk_kda's prep kernel changes then: `source_hash`)."""
+    forward, reverse = _compiled_mode(SHIPPED_TABLE_CHECK), _compiled_mode(SHIPPED_TABLE_CHECK, "reverse")
+    assert forward["hashes"] == reverse["hashes"]
+    assert all(len(v) == 1 for v in forward["hashes"].values())  # one text per kernel name
+
+
+HASHED_MODULE = """
+import triton
+import triton.language as tl
+
+import helpers
+
+SCALE = tl.constexpr({scale})
+
+
+@triton.jit
+def twice(x):
+    return x * {factor}
+
+
+@triton.jit
+def kernel(x_ptr):
+    x = tl.load(x_ptr)
+    tl.store(x_ptr, helpers.plus_one(twice(x)) * SCALE)
+"""
+
+HASHED_HELPERS = """
+import triton
+
+
+@triton.jit
+def plus_one(x):
+    return x + {one}
+"""
+
+HASH_OF_KERNEL = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import workbench
+import kernels
+from workbench import autotune
+print(json.dumps(autotune.source_hash(kernels.kernel)))
+"""
+
+
+@pytest.mark.parametrize("change", ["none", "helper by name", "helper by module attribute", "constexpr global"])
+def test_a_kernels_source_hash_follows_its_helpers_and_constexpr_globals(tmp_path, change):
+    """A kernel's hash changes with the text of a helper it calls by name or as `module.helper`, and with
+    the value of a constexpr global it reads; the same text hashes the same in another process."""
+    def write(folder, factor=2, one=1, scale=3):
+        folder.mkdir()
+        (folder / "kernels.py").write_text(HASHED_MODULE.format(factor=factor, scale=scale))
+        (folder / "helpers.py").write_text(HASHED_HELPERS.format(one=one))
+        return _compiled_mode(HASH_OF_KERNEL, str(folder))
+
+    base = write(tmp_path / "a")
+    other = write(tmp_path / "b", **{"none": {}, "helper by name": {"factor": 4},
+                                     "helper by module attribute": {"one": 2},
+                                     "constexpr global": {"scale": 5}}[change])
+    assert (base == other) == (change == "none"), (change, base, other)

@@ -48,6 +48,8 @@ def test_tiny_run_writes_one_record_and_a_second_run_another(tmp_path, capsys, n
     assert record["interpreted"] is launch.INTERPRET
     assert {"name", "kind", "platform", "driver", "peak_bytes_per_s"} <= set(record["device"])
     assert {"python", "jax", "jaxlib", "triton"} <= set(record["versions"])
+    assert record["autotune"]["mode"] == (os.environ.get("WORKBENCH_AUTOTUNE", "").strip().lower() or "table")
+    assert isinstance(record["autotune"]["stats"], dict)
     assert [(p["peer"], p["status"]) for p in record["peers"]] == [
         ("fla.ops.gla.fused_recurrent_gla", "not installed"), ("ejkernel.recurrent[triton]", "not installed")]
     assert all(p["reason"] for p in record["peers"])  # the ImportError's text
@@ -450,6 +452,7 @@ time.sleep(0.05 if found else 0.4)
 (cache / "autotune").mkdir(exist_ok=True)
 (cache / "autotune" / "entry.json").write_text("{}")
 assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(cache / "jax") and os.environ["WORKBENCH_AUTOTUNE"] == sys.argv[2]
+assert os.environ["TRITON_CACHE_DIR"] == str(cache / "triton")
 for i in range(int(sys.argv[1])):
     print(mark + json.dumps({"shape": i}), flush=True)
 print(mark + json.dumps({"done": True, "stats": {"chosen_disk" if found else "chosen_tuned": 3}}), flush=True)
@@ -471,7 +474,7 @@ def test_first_call_times_a_cold_then_a_cached_process_sharing_one_cache(monkeyp
     assert 0 < cold["startup_s"] < cold["first_result_s"] <= cold["exit_s"]
     assert fc["cold_s"] > 0.4 > fc["cached_s"] > 0.05 and math.isclose(fc["ratio"], fc["cached_s"] / fc["cold_s"])
     assert fc["met"] == (fc["ratio"] <= 0.25) and fc["goal_ratio"] == 0.25
-    assert fc["cache_left"] == {"autotune_files": 1, "kernel_files": 0, "jax_files": 0}
+    assert fc["cache_left"] == {"autotune_files": 1, "kernel_files": 0, "jax_files": 0, "triton_files": 0}
     assert fc["environment"]["JAX_COMPILATION_CACHE_DIR"] == "<that folder>/jax"
     assert fc["environment"]["WORKBENCH_AUTOTUNE"] == "table"
     assert fc["table"] == {"folder": str(tmp_path), "device_entries": 0}

@@ -292,12 +292,20 @@ def _autotune_doc(tmp_path):
     return path
 
 
-def _first_call_record(op, date, cold, cached, device="NVIDIA TestGPU"):
+def _first_call_record(op, date, cold, cached, device="NVIDIA TestGPU", shape_set=None, mode=None):
     stats = {"cold": {"chosen_tuned": 3, "kernels_compiled": 9}, "cached": {"chosen_disk": 3, "kernels_loaded": 4}}
-    return {"op": op, "date": date, "device": {"kind": device}, "interpreted": False, "complete": True,
-            "shapes": [{"B": 2, "T": 64, "H": 2, "K": 16, "V": 16}],
-            "first_call": {"cold_s": cold, "cached_s": cached, "ratio": cached / cold,
-                           "runs": {run: {"stats": s} for run, s in stats.items()}}}
+    if mode == "table":
+        stats = {"cold": {"chosen_table": 1, "chosen_table_nearest": 2, "kernels_compiled": 3},
+                 "cached": {"chosen_table_nearest": 2, "chosen_table": 1, "kernels_loaded": 3}}
+    record = {"op": op, "date": date, "device": {"kind": device}, "interpreted": False, "complete": True,
+              "shapes": [{"B": 2, "T": 64, "H": 2, "K": 16, "V": 16}],
+              "first_call": {"cold_s": cold, "cached_s": cached, "ratio": cached / cold,
+                             "runs": {run: {"stats": s} for run, s in stats.items()}}}
+    if shape_set is not None:  # records before the off_table set have none: target
+        record["shape_set"] = shape_set
+    if mode is not None:  # records before the tuning table ran with `on` and did not say so
+        record["first_call"]["environment"] = {"WORKBENCH_AUTOTUNE": mode}
+    return record
 
 
 def test_first_call_tables_take_each_ops_latest_record(tmp_path):
@@ -305,7 +313,9 @@ def test_first_call_tables_take_each_ops_latest_record(tmp_path):
     folder.mkdir(parents=True)
     for name, record in {"chunk_gla-20260101T000000Z": _first_call_record("chunk_gla", "2026-01-01T00:00", 50, 40),
                          "chunk_gla-20260102T000000Z": _first_call_record("chunk_gla", "2026-01-02T00:00", 100, 5),
-                         "recurrent-20260101T000000Z": _first_call_record("recurrent", "2026-01-01T00:00", 80, 4)
+                         "recurrent-20260101T000000Z": _first_call_record("recurrent", "2026-01-01T00:00", 80, 4),
+                         "recurrent-20260103T000000Z": _first_call_record("recurrent", "2026-01-03T00:00", 9, 2,
+                                                                          shape_set="off_table", mode="table"),
                          }.items():
         (folder / f"{name}.json").write_text(json.dumps(record))
     readme = tmp_path / "README.md"
@@ -315,9 +325,14 @@ def test_first_call_tables_take_each_ops_latest_record(tmp_path):
                              readme, "--autotune-doc", page)
     assert result.returncode == 0, result.stderr
     rows = [line for line in page.read_text().splitlines() if line.startswith("| ") and not line.startswith("| op ")]
-    assert [row.split(" | ")[0] for row in rows] == ["| recurrent", "| chunk_gla"], rows
-    assert "| 100.0 | 5.0 | 0.05 | 3 → 3 | 9 → 4 |" in rows[1] and "STALE" not in page.read_text()
-    assert "recurrent 80 → 4.0 s; chunk_gla 100 → 5.0 s" in readme.read_text()
+    assert [row.split(" | ")[:3] for row in rows] == [["| recurrent", "TestGPU", "target"],
+                                                      ["| recurrent", "TestGPU", "off_table"],
+                                                      ["| chunk_gla", "TestGPU", "target"]], rows
+    assert "| on | 100.0 | 5.0 | 0.05 | 3 / 0 (0) → 3 | 9 → 4 |" in rows[2] and "STALE" not in page.read_text()
+    assert "| table | 9.0 | 2.0 | 0.22 | 0 / 3 (2) → 3 | 3 → 3 |" in rows[1]
+    text = readme.read_text()
+    assert "at the target shape" in text and "recurrent 80 → 4.0 s; chunk_gla 100 → 5.0 s" in text
+    assert "at T = 3000, H = 12" in text and "WORKBENCH_AUTOTUNE=table" in text and "recurrent 9 → 2.0 s." in text
 
 
 def test_committed_perf_tables_are_current():
@@ -341,3 +356,23 @@ def test_install_peers_says_what_is_missing(tmp_path):
     result = subprocess.run(["bash", str(ROOT / "scripts" / "install_peers.sh"), str(tmp_path / "empty"),
                              str(tmp_path / "site")], capture_output=True, text=True)
     assert result.returncode == 1 and "fetch_peers.sh" in result.stderr, result.stderr
+
+
+def test_tuning_table_price_table_matches_its_records():
+    """data/bench/tuning_table/README.md's table: each row's medians and ratio are those of the records in
+    table/ and on/ (the same op, pass and shape)."""
+    folder = ROOT / "data" / "bench" / "tuning_table"
+    medians = {}
+    for mode in ("table", "on"):
+        for path in sorted((folder / mode).glob("*.json")):
+            record = json.loads(path.read_text())
+            for row in record["results"]:
+                if row["implementation"] == "triton":
+                    medians[(mode, record["op"], row["pass"])] = row["ms"]["median"]
+    rows = [line.strip("|").split("|") for line in (folder / "README.md").read_text().splitlines()
+            if line.startswith("| ") and not line.startswith("| op ")]
+    assert len(rows) == len(medians) // 2 == 6, rows
+    for op, name, table_ms, tuned_ms, ratio in ([c.strip() for c in row] for row in rows):
+        p = {"forward": "forward", "forward+backward": "forward_backward"}[name]
+        t, u = medians[("table", op, p)], medians[("on", op, p)]
+        assert (table_ms, tuned_ms, ratio) == (f"{t:.3f}", f"{u:.3f}", f"{t / u:.3f}"), (op, name)

@@ -9,8 +9,8 @@ autotuned kernel (`launch.triton_call`, GPU branch):
 1. candidates: the kernel's configs that agree with the call's meta-parameters, then its
    `prune_configs_by` (`early_config_prune`, `perf_model`/`top_k`), given the named arguments as
    jax-triton gives them (abstract arrays, scalars, outputs);
-2. key: the kernel's source hash (`JITFunction.cache_key`: its source and the `@triton.jit` helpers it
-   calls), the candidates, the values of the kernel's autotune `key=` arguments (arrays as shape and
+2. key: the kernel's source hash (`source_hash`: its source, the `@triton.jit` helpers it reaches and
+   their constexpr globals; independent of what was hashed before, unlike Triton's `cache_key`), the candidates, the values of the kernel's autotune `key=` arguments (arrays as shape and
    dtype; flags computed by its `@triton.heuristics` included), every array argument's dtype and
    whether it is given, the device kind, and the Triton and jax-triton versions;
 3. choice: remembered in this process, else read from `$WORKBENCH_CACHE_DIR/autotune/<sha256>.json`,
@@ -179,8 +179,14 @@ def function_name(fn) -> str:
 
 
 def source_hash(fn) -> str:
-    """A `@triton.jit` function's source hash: Triton's `cache_key` (its source, the jitted helpers it
-    calls, its constexpr globals) where it has one (compiled mode), else sha256 of its own source."""
+    """A `@triton.jit` function's source hash (`workbench.kernel_hash`: its text, the helpers it reaches
+    and their constexpr globals, whatever was hashed before); a stand-in (tests) by its `cache_key`."""
+    from triton.runtime.jit import JITFunction
+
+    if isinstance(fn, JITFunction):
+        from .kernel_hash import source_hash as of_text  # here: tests load this file alone, without the package
+
+        return of_text(fn)
     key = getattr(fn, "cache_key", None)
     if key:
         return str(key)

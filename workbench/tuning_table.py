@@ -7,7 +7,7 @@ run made there (`workbench tune --write-table` on that GPU): one JSON file per d
 
     {"kernel", "source", "triton", "key", "arrays", "config"}
 
-— the kernel's name and source hash (Triton's `cache_key` of the compiled function), the Triton version,
+— the kernel's name and source hash (`autotune.source_hash` of the compiled function), the Triton version,
 the kernel's autotune `key=` values, its arrays' dtypes and presence, and the chosen config as
 `autotune.config_fields` writes it. `Table.choose` answers a launch's key (`autotune.tuning_key`):
 

@@ -42,7 +42,8 @@ def first_call(op_name: str, shape_set: str = "target", *, command: str = "",
     --first-call-child OP SET`), with `WORKBENCH_CACHE_DIR` a fresh temporary folder shared by both,
     the caller's `WORKBENCH_AUTOTUNE` (default `table`: the cold process takes the shipped tuning
     table's configs where it has them; `on` times every config, as a machine without a table does), and
-    JAX's persistent compilation cache in `<that folder>/jax` (every compile kept). Each computes, for every shape of the set in turn, the op's Triton path under
+    JAX's persistent compilation cache in `<that folder>/jax` (every compile kept), and Triton's own cache
+    in `<that folder>/triton` (no kernel compiled earlier on this machine is found). Each computes, for every shape of the set in turn, the op's Triton path under
     `jax.jit` (forward, then forward+backward with random cotangents, as `run` does) and reports on
     stdout as each result is ready. `cold_s` and `cached_s` are wall seconds from just before the
     process is started to its last shape's first forward+backward result; `ratio` = cached_s / cold_s.
@@ -72,8 +73,9 @@ def first_call(op_name: str, shape_set: str = "target", *, command: str = "",
     cache = Path(tempfile.mkdtemp(prefix="workbench-first-call-"))
     settings = {"WORKBENCH_CACHE_DIR": "<a fresh temporary folder>", "WORKBENCH_AUTOTUNE": mode,
                 "JAX_COMPILATION_CACHE_DIR": "<that folder>/jax", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
+                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1", "TRITON_CACHE_DIR": "<that folder>/triton"}
     env = {**os.environ, **settings, "WORKBENCH_CACHE_DIR": str(cache), "JAX_COMPILATION_CACHE_DIR": str(cache / "jax"),
+           "TRITON_CACHE_DIR": str(cache / "triton"),
            "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
     try:
         runs = {}
@@ -85,7 +87,7 @@ def first_call(op_name: str, shape_set: str = "target", *, command: str = "",
             if run_name == "cold":
                 left = {name: _count_files(cache / folder)
                         for name, folder in (("autotune_files", "autotune"), ("kernel_files", "kernels"),
-                                             ("jax_files", "jax"))}
+                                             ("jax_files", "jax"), ("triton_files", "triton"))}
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     cold, cached = runs["cold"]["first_result_s"], runs["cached"]["first_result_s"]

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import launch, testing
+from .. import autotune, launch, testing
 from .machine import device_info, git_state, versions
 from .peers import import_peer
 from .records import Refused
@@ -278,6 +278,8 @@ class _Run:
             "op": self.op_name, "harness": "workbench.bench", "command": self.command, "interpreted": launch.INTERPRET,
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "device": self.device,
             "versions": versions(sorted(set(self.used_modules))), "git": git_state(),
+            # how the kernels' configs were chosen: WORKBENCH_AUTOTUNE and what autotune did in this process
+            "autotune": {"mode": autotune.mode(), "stats": dict(autotune.STATS)},
             "shape_set": self.shape_set, "shapes": [dict(s) for s in self.shapes],
             "tokens": None if self.tokens is None else list(self.tokens),
             "dtype": op.dtype, "iters": self.iters, "reps": self.reps,

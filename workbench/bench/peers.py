@@ -73,15 +73,16 @@ def jax_peer_calls(forward: Callable[[dict[str, jax.Array]], tuple], primals: di
     """
     order = tuple(primals)
 
-    def forward_backward(p):
+    def forward_backward(p, cts):
         outputs, pullback = jax.vjp(forward, p)
-        (grads,) = pullback(tuple(cotangents))
+        (grads,) = pullback(cts)
         return (*outputs, *(grads[n] for n in order))
 
+    cts = tuple(cotangents)  # arguments, as in `timing.jax_calls`
     fwd, fwd_bwd = jax.jit(forward), jax.jit(forward_backward)
     if launch.INTERPRET and launched:
         fwd, fwd_bwd = (_launched_by_workbench(launched, f) for f in (fwd, fwd_bwd))
-    return PeerCalls(forward=lambda: fwd(primals), forward_backward=lambda: fwd_bwd(primals),
+    return PeerCalls(forward=lambda: fwd(primals), forward_backward=lambda: fwd_bwd(primals, cts),
                      block=jax.block_until_ready, to_numpy=lambda out: [np.asarray(x) for x in out])
 
 
