@@ -761,12 +761,17 @@ import triton
 from triton.runtime.autotuner import Autotuner, Heuristics
 from workbench import autotune, tuning_table
 
-kernels = []
+from triton.runtime.jit import JITFunction
+
+kernels, every = [], 0
 for info in pkgutil.walk_packages(workbench.__path__, "workbench."):
     if info.name.startswith("workbench.bench") or info.name.endswith("__main__"):
         continue
     module = importlib.import_module(info.name)
     for value in vars(module).values():
+        if isinstance(value, JITFunction):  # every kernel and helper hashes (the kernel cache keys them all)
+            autotune.source_hash(value)
+            every += 1
         if isinstance(value, Autotuner):
             fn = value.fn
             while isinstance(fn, Heuristics):  # the jitted function under the heuristics, as the launcher keys it
@@ -784,7 +789,7 @@ for path in sorted(tuning_table.FOLDER.glob("*.json")):
     for e in json.loads(path.read_text()):
         if e["source"] not in hashes.get(e["kernel"], ()) or e["triton"] != triton.__version__:
             stale.append(f"{path.name}: {e['kernel']} {json.dumps(e['key'], sort_keys=True)}")
-print(json.dumps({"hashes": {k: sorted(v) for k, v in hashes.items()}, "stale": stale}))
+print(json.dumps({"hashes": {k: sorted(v) for k, v in hashes.items()}, "stale": stale, "jit_functions": every}))
 """
 
 
@@ -807,6 +812,7 @@ def test_the_shipped_tables_entries_serve_the_current_kernels():
     first use)."""
     found = _compiled_mode(SHIPPED_TABLE_CHECK)
     assert len(found["hashes"]) >= 20, found  # the walk found the package's autotuned kernels
+    assert found["jit_functions"] >= 50, found["jit_functions"]  # and hashed every @triton.jit function
     assert not found["stale"], "stale tuning-table entries:\n" + "\n".join(found["stale"])
 
 
@@ -814,7 +820,7 @@ def test_a_kernels_source_hash_does_not_depend_on_what_was_hashed_before():
     """The same hashes when the kernels are hashed in the other order after Triton computed its own keys
     in that order (Triton 3.6's `cache_key` of chunk_kda's prep kernel changes then: `source_hash`)."""
     forward, reverse = _compiled_mode(SHIPPED_TABLE_CHECK), _compiled_mode(SHIPPED_TABLE_CHECK, "reverse")
-    assert forward["hashes"] == reverse["hashes"]
+    assert forward["hashes"] == reverse["hashes"] and forward["jit_functions"] == reverse["jit_functions"]
     assert all(len(v) == 1 for v in forward["hashes"].values())  # one text per kernel name
 
 
