@@ -10,7 +10,8 @@ autotuned kernel (`launch.triton_call`, GPU branch):
    `prune_configs_by` (`early_config_prune`, `perf_model`/`top_k`), given the named arguments as
    jax-triton gives them (abstract arrays, scalars, outputs);
 2. key: the kernel's source hash (`source_hash`: its source, the `@triton.jit` helpers it reaches and
-   their constexpr globals; independent of what was hashed before, unlike Triton's `cache_key`), the candidates, the values of the kernel's autotune `key=` arguments (arrays as shape and
+   their constexpr globals; independent of what was hashed before, unlike Triton's `cache_key`), the
+   candidates, the values of the kernel's autotune `key=` arguments (arrays as shape and
    dtype; flags computed by its `@triton.heuristics` included), every array argument's dtype and
    whether it is given, the device kind, and the Triton and jax-triton versions;
 3. choice: remembered in this process, else read from `$WORKBENCH_CACHE_DIR/autotune/<sha256>.json`,
@@ -82,6 +83,13 @@ class CacheWarning(UserWarning):
 
 
 # ----------------------------------------------------------------------------- environment
+
+
+def table_folder() -> Path:
+    """The tuning table's folder: $WORKBENCH_TUNING_TABLE, else the package's `workbench/tuning/`."""
+    from . import tuning_table  # here: tests load this file alone, without the package
+
+    return Path(os.environ.get(TABLE_VAR) or tuning_table.FOLDER)
 
 
 def mode() -> str:
@@ -273,7 +281,7 @@ class Choices:
         nearest of the same kernel on the same device), remembered in this process; None when it has none."""
         from . import tuning_table  # here: tests load this file alone, without the package
 
-        folder = Path(folder or os.environ.get(TABLE_VAR) or tuning_table.FOLDER)
+        folder = Path(folder or table_folder())
         found = tuning_table.table_for(key["device"], folder).choose(key, [config_fields(c) for c in candidates])
         if found is None:
             return None

@@ -35,7 +35,7 @@ from .harness import output_errors
 from .machine import device_info, git_state, versions
 from .records import DEFAULT_OUT, Refused
 from .specs import OPS
-from .timing import WARMUP, jax_calls, say, time_ms
+from .timing import WARMUP, jax_calls, jitted_passes, say, time_ms
 
 TARGET_RATIO = 1.1
 OUT = DEFAULT_OUT / "data_parallel"
@@ -118,16 +118,9 @@ def _batch_sharded(x, mesh):
 
 
 def _compiled_text(op, inputs: Mapping[str, Any], cotangents) -> str:
-    """The compiled forward+backward program, as text, to count its collectives."""
-    diff = op.differentiable
-    rest = {n: x for n, x in inputs.items() if n not in diff}
-
-    def forward_backward(primals):
-        outputs, pullback = jax.vjp(lambda p: tuple(op.call("triton", **p, **rest)), primals)
-        (grads,) = pullback(tuple(cotangents))
-        return (*outputs, *(grads[n] for n in diff))
-
-    return jax.jit(forward_backward).lower({n: inputs[n] for n in diff}).compile().as_text()
+    """The compiled forward+backward program that `jax_calls` times, as text, to count its collectives."""
+    (_, forward_backward), args = jitted_passes(op, "triton", inputs, cotangents)
+    return forward_backward.lower(*args).compile().as_text()
 
 
 def table(record: Mapping[str, Any]) -> str:

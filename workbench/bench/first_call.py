@@ -42,8 +42,9 @@ def first_call(op_name: str, shape_set: str = "target", *, command: str = "",
     --first-call-child OP SET`), with `WORKBENCH_CACHE_DIR` a fresh temporary folder shared by both,
     the caller's `WORKBENCH_AUTOTUNE` (default `table`: the cold process takes the shipped tuning
     table's configs where it has them; `on` times every config, as a machine without a table does), and
-    JAX's persistent compilation cache in `<that folder>/jax` (every compile kept), and Triton's own cache
-    in `<that folder>/triton` (no kernel compiled earlier on this machine is found). Each computes, for every shape of the set in turn, the op's Triton path under
+    JAX's persistent compilation cache in `<that folder>/jax` (every compile kept) and Triton's own cache
+    in `<that folder>/triton` (no kernel compiled earlier on this machine is found). Each computes, for
+    every shape of the set in turn, the op's Triton path under
     `jax.jit` (forward, then forward+backward with random cotangents, as `run` does) and reports on
     stdout as each result is ready. `cold_s` and `cached_s` are wall seconds from just before the
     process is started to its last shape's first forward+backward result; `ratio` = cached_s / cold_s.
@@ -65,7 +66,7 @@ def first_call(op_name: str, shape_set: str = "target", *, command: str = "",
     from .. import autotune, tuning_table
 
     mode = autotune.mode()  # the caller's WORKBENCH_AUTOTUNE (default `table`), checked here, passed on
-    table_folder = Path(os.environ.get(autotune.TABLE_VAR) or tuning_table.FOLDER)
+    table_folder = autotune.table_folder()
     table_entries = len(tuning_table.Table.load(device_info()["kind"], table_folder).entries)
     root = Path(__file__).resolve().parents[2]
     argv = list(child or [sys.executable, "-m", "workbench.bench", "--first-call-child", op_name, shape_set])

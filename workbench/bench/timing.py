@@ -45,6 +45,15 @@ def jax_calls(op: OpBench, implementation: str, inputs: Mapping[str, jax.Array],
               cotangents: Sequence[jax.Array], **options) -> PeerCalls:
     """The op's forward and forward+backward (`jax.vjp`, the given cotangents) under `jax.jit`;
     `options` go to the op's call (e.g. `tuning=`)."""
+    (fwd, fwd_bwd), (primals, cts) = jitted_passes(op, implementation, inputs, cotangents, **options)
+    return PeerCalls(forward=lambda: fwd(primals), forward_backward=lambda: fwd_bwd(primals, cts),
+                     block=jax.block_until_ready, to_numpy=lambda out: [np.asarray(x) for x in out])
+
+
+def jitted_passes(op: OpBench, implementation: str, inputs: Mapping[str, jax.Array],
+                  cotangents: Sequence[jax.Array], **options):
+    """((forward(primals), forward_backward(primals, cotangents)) under `jax.jit`, (primals, cotangents)):
+    what `jax_calls` runs, for a caller that lowers the programs (`data_parallel` reads their collectives)."""
     diff = op.differentiable
     rest = {n: x for n, x in inputs.items() if n not in diff}
 
@@ -58,10 +67,7 @@ def jax_calls(op: OpBench, implementation: str, inputs: Mapping[str, jax.Array],
 
     # the cotangents are arguments, as a training step's are: closed over, they would be constants of the
     # program, folded and embedded by XLA at compile time (seconds at the targets' sizes)
-    primals, cts = {n: inputs[n] for n in diff}, tuple(cotangents)
-    fwd, fwd_bwd = jax.jit(forward), jax.jit(forward_backward)
-    return PeerCalls(forward=lambda: fwd(primals), forward_backward=lambda: fwd_bwd(primals, cts),
-                     block=jax.block_until_ready, to_numpy=lambda out: [np.asarray(x) for x in out])
+    return (jax.jit(forward), jax.jit(forward_backward)), ({n: inputs[n] for n in diff}, tuple(cotangents))
 
 
 def say(text: str) -> None:
