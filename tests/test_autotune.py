@@ -347,17 +347,28 @@ def test_a_traced_integer_without_stand_in_falls_back_with_one_warning(cache_dir
     assert autotune.STATS["fallback"] == 2 and not (cache_dir / "autotune").exists()
 
 
-def test_concrete_integers_need_no_stand_in_and_off_leaves_it_to_jax_triton(monkeypatch, cache_dir):
+def test_concrete_integers_need_no_stand_in_and_off_takes_the_first_candidate(monkeypatch, cache_dir):
     launcher, timed = Launcher(), []
-    timer = lambda config, run: timed.append(config) or float(config.num_warps)  # noqa: E731
+    timer = lambda config, run: timed.append(config) or 10.0 - config.num_warps  # noqa: E731
     _gpu_call(_arrays(), launcher, timer)  # eager: cu_seqlens is concrete
-    assert len(timed) == 3 and launcher.launches[-1]["num_warps"] == 1
+    assert len(timed) == 3 and launcher.launches[-1]["num_warps"] == max(c.num_warps for c in timed)
+    tuned_files = sorted((cache_dir / "autotune").glob("*.json"))
 
-    monkeypatch.setenv(autotune.MODE_VAR, "off")
+    monkeypatch.setenv(autotune.MODE_VAR, "off")  # nothing timed, read or written: the first candidate runs
     autotune._CHOICES.clear()
+    autotune.STATS.clear()
+    _, outs, meta = _recurrent_call()
+    first = autotune.plan(recurrent_kernels.recurrent_fwd_kernel, _arrays(), outs, meta, device="NVIDIA H100",
+                          versions=autotune.versions()).candidates[0]
+    assert first.num_warps != max(c.num_warps for c in timed)  # so the launch below is not the tuned choice
     launcher = Launcher()
     _gpu_call(_arrays(), launcher, timer)
-    assert len(timed) == 3 and [t["kernel"] for t in launcher.launches] == [recurrent_kernels.recurrent_fwd_kernel]
+    assert len(timed) == 3 and autotune.STATS == {"chosen_first": 1}
+    (launched,) = launcher.launches
+    assert launched["kernel"] is recurrent_kernels.recurrent_fwd_kernel.fn
+    assert (launched["num_warps"], launched["num_stages"]) == (first.num_warps, first.num_stages)
+    assert {k: launched["meta"][k] for k in first.kwargs} == first.kwargs
+    assert sorted((cache_dir / "autotune").glob("*.json")) == tuned_files
 
 
 def test_a_stand_in_may_be_a_function_called_only_when_tuning(cache_dir):

@@ -6,26 +6,45 @@ import jax.numpy as jnp
 import pytest
 
 import workbench
-from workbench import cli
+from workbench import autotune, cli, launch, verify
 
 
 def test_verify_quick_passes_and_writes_report(tmp_path, capsys):
+    """Through the CLI with two worker processes; their rows equal one process's, in the same order."""
     # float32 only: the CLI is under test here; bfloat16 goes through it in the reference test.
     out = tmp_path / "report"
-    status = cli.main(["verify", "--op", "recurrent", "--quick", "--dtype", "float32", "--out", str(out)])
+    status = cli.main(["verify", "--op", "recurrent", "--quick", "--dtype", "float32", "--out", str(out),
+                       "--jobs", "2"])
     stdout = capsys.readouterr().out
     assert status == 0, stdout
     results = json.loads((out / "results.json").read_text())
-    assert results["ok"] and results["implementation"] == "triton"
+    assert results["ok"] and results["implementation"] == "triton" and results["jobs"] == 2
     rows = results["rows"]
     assert {(r["case"], r["dtype"]) for r in rows} == {("tiny_gk", "float32"), ("tiny_varlen", "float32")}
     assert {"o", "final_state", "dq", "dk", "dv", "dgk", "dinitial_state"} <= {r["name"] for r in rows}
     assert all(r["ok"] and r["kernel_err"] <= r["tolerance"] for r in rows)
-    assert "FAIL" not in stdout and "PASS" in stdout
+    assert "FAIL" not in stdout and "PASS" in stdout and "(2 processes)" in stdout
     assert (out / "summary.md").read_text().startswith("# workbench verify")
     figures = sorted(p.name for p in out.glob("*.png"))
     assert "recurrent-tiny_gk.png" in figures and "recurrent-tiny_varlen.png" in figures
     assert any(name.endswith("-dq-map.png") for name in figures)
+
+    one = verify.run(["recurrent"], quick=True, dtypes=("float32",), jobs=1, progress=None)
+    assert one.jobs == 1
+    assert [(r["case"], r["name"], r["kernel_err"], r["reference_err"]) for r in rows] == \
+        [(r.case, r.name, r.kernel_err, r.reference_err) for r in one.rows]
+
+
+def test_verify_jobs_must_be_positive_and_workers_keep_their_own_cache(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="jobs: expected a positive integer, got 0"):
+        verify.run(["recurrent"], quick=True, jobs=0, progress=None)
+    monkeypatch.setenv(autotune.CACHE_VAR, str(tmp_path))
+    monkeypatch.setattr(launch, "INTERPRET", False)
+    with verify._Workers(2) as workers:  # no task submitted: no process starts
+        assert workers.env == {"XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+                               autotune.CACHE_VAR: str(tmp_path / "verify-jobs")}
+    monkeypatch.setattr(launch, "INTERPRET", True)
+    assert verify.default_jobs() == 1
 
 
 def test_verify_fails_on_a_wrong_output(tmp_path, capsys, monkeypatch):

@@ -33,8 +33,8 @@ autotuned kernel (`launch.triton_call`, GPU branch):
 
 WORKBENCH_AUTOTUNE=table (default) reads and writes both caches, then asks the tuning table, and tunes
 ahead only where neither has a choice; `on` skips the table (the cache, else tuning); `refresh` tunes
-again (once per key and process) and overwrites; `off` uses neither cache nor table, as before this
-module (each kernel's first config, or jax-triton's own tuning).
+again (once per key and process) and overwrites; `off` uses neither cache nor the table and times nothing:
+each autotuned kernel runs its first candidate (step 1's list), compiled anew in each process.
 Cache files are written to a temporary file in the same folder and renamed, so two processes writing
 one key leave one whole file; a file that cannot be read or parsed is ignored with a warning and
 replaced, an unwritable folder is a warning: the cache never makes a call fail.
@@ -72,7 +72,8 @@ SAMPLES, REPS = 3, 5  # a config's time: the best of SAMPLES means of REPS calls
 
 STATS: collections.Counter = collections.Counter()
 """What this process did: configs `chosen_only` (one candidate), `chosen_memory`, `chosen_disk`,
-`chosen_table`, `chosen_table_nearest`, `tuned`, `fallback` (jax-triton's autotuning); kernels
+`chosen_table`, `chosen_table_nearest`, `tuned`, `chosen_first` (WORKBENCH_AUTOTUNE=off), `fallback`
+(jax-triton's autotuning); kernels
 `kernels_loaded` (from disk), `kernels_compiled`."""
 
 _LOCK = threading.Lock()
@@ -345,8 +346,7 @@ def _unwrap(kernel):
 
 
 def _original_prune(tuner):
-    """The kernel's own `early_config_prune`: jax-triton's autotuning (WORKBENCH_AUTOTUNE=off, or a
-    fallback) replaces it with a wrapper bound to one call's meta-parameters, so it is kept aside the
+    """The kernel's own `early_config_prune`: jax-triton's autotuning (the fallback of `call`) replaces it with a wrapper bound to one call's meta-parameters, so it is kept aside the
     first time the kernel is seen."""
     if "_workbench_early_config_prune" not in vars(tuner):
         tuner._workbench_early_config_prune = tuner.early_config_prune
@@ -524,7 +524,7 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
     common = dict(out_shape=out_shapes, grid=grid, name=name, zeroed_outputs=zeroed_outputs,
                   input_output_aliases=input_output_aliases)
     current = mode()
-    if not isinstance(kernel, Autotuner) or current == "off":
+    if not isinstance(kernel, Autotuner):
         return launch(*args, kernel=kernel, num_warps=num_warps, num_stages=num_stages, **common, **metaparams)
 
     import jax
@@ -539,6 +539,14 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
         if unknown:
             raise ValueError(f"tune_inputs: {sorted(unknown)} are not arguments of {p.key['kernel']} "
                              f"(arguments: {', '.join(p.arg_names[:len(args)])})")
+
+    def launch_with(config, xs):
+        return launch(*xs, kernel=p.inner, num_warps=config.num_warps, num_stages=config.num_stages,
+                      num_ctas=config.num_ctas, **common, **{**metaparams, **config.kwargs})
+
+    if current == "off":  # the first candidate: nothing read, timed or written
+        STATS["chosen_first"] += 1
+        return launch_with(p.candidates[0], args)
     book = choices_for(cache_dir())
     choice = book.lookup(p.key, p.candidates, refresh=current == "refresh")
     if choice is None and current == "table":
@@ -549,9 +557,7 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
             if inputs is not None:
                 def time_config(config):
                     def run():
-                        return launch(*inputs, kernel=p.inner, num_warps=config.num_warps,
-                                      num_stages=config.num_stages, num_ctas=config.num_ctas, **common,
-                                      **{**metaparams, **config.kwargs})
+                        return launch_with(config, inputs)
                     return timer(config, run) if timer is not None else time_on_device(run)
 
                 choice = book.tune(p.key, p.candidates, time_config)
@@ -567,9 +573,7 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
             STATS["fallback"] += 1
             return launch(*args, kernel=kernel, num_warps=num_warps, num_stages=num_stages, **common, **metaparams)
     STATS[f"chosen_{choice.source}"] += 1
-    config = choice.config
-    return launch(*args, kernel=p.inner, num_warps=config.num_warps, num_stages=config.num_stages,
-                  num_ctas=config.num_ctas, **common, **{**metaparams, **config.kwargs})
+    return launch_with(choice.config, args)
 
 
 # ----------------------------------------------------------------------------- compiled kernels (GPU)

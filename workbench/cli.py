@@ -16,7 +16,7 @@ from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # reports are written headless
 
-from . import bench, verify  # noqa: E402  (imports workbench first: compiled vs interpreted Triton)
+from . import autotune, bench, verify  # noqa: E402  (imports workbench first: compiled vs interpreted Triton)
 from .bench import data_parallel as bench_data_parallel  # noqa: E402
 from .bench import ring as bench_ring  # noqa: E402
 
@@ -39,12 +39,18 @@ def _verify_parser(subparsers) -> None:
     p.add_argument("--module", action="append", default=[], metavar="MODULE",
                    help="also run the VERIFY_CASES (workbench.verify.CheckCase) of this importable module, e.g. "
                         "my_pkg.my_op (repeatable; with --module and no --op, only the modules run)")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="worker processes sharing the cases (default: 1 in the interpreter, else one per CPU core up to 16; "
+                        "on a GPU most of a case's time is compiling its kernels on the CPU)")
     p.set_defaults(run=_verify)
 
 
 def _verify(args: argparse.Namespace, command: str) -> int:
+    # tiny shapes: a config timed there says nothing about yours, and timing every candidate is most of a cold
+    # run; each autotuned kernel runs its first candidate unless WORKBENCH_AUTOTUNE says otherwise
+    os.environ.setdefault(autotune.MODE_VAR, "off")
     report = verify.run(args.op, implementation=args.implementation, dtypes=args.dtype or verify.DTYPES,
-                        quick=args.quick, cases=args.case, modules=args.module)
+                        quick=args.quick, cases=args.case, modules=args.module, jobs=args.jobs)
     print(verify.table(report.rows))
     out = args.out or verify.default_out_dir()
     figures = verify.write(report, out, command)

@@ -24,6 +24,7 @@ import functools
 import importlib
 import json
 import math
+import os
 import platform
 import sys
 import time
@@ -488,60 +489,171 @@ class Report:
     seconds: float
     case_seconds: dict[tuple[str, str, str], float]
     described: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)  # (op, case) → its parameters
+    jobs: int = 1  # processes the cases ran in
 
     @property
     def ok(self) -> bool:
         return bool(self.rows) and all(r.ok for r in self.rows)
 
 
+def default_jobs() -> int:
+    """Processes `run` uses when not told: one in the interpreter (the CPU is the bottleneck there), else one
+    per CPU core up to 16 (compiled, a small case's time is mostly compiling its kernels on the CPU)."""
+    return 1 if launch.INTERPRET else max(1, min(16, os.cpu_count() or 1))
+
+
 def run(ops: Sequence[str] | None = None, *, implementation: str = "triton", dtypes: Sequence[str] = DTYPES,
         quick: bool = False, cases: Sequence[str] | None = None, modules: Sequence[str] = (),
-        progress=sys.stderr) -> Report:
+        jobs: int | None = None, progress=sys.stderr) -> Report:
     """Run the case matrix of `ops` (all when None, none when only `modules` are given) and of each module's
     `VERIFY_CASES` (`CheckCase`), and collect every comparison.
 
     Turns on `jax_enable_x64` (the oracle runs in float64). An exception in a case becomes a FAIL
     row carrying its message (the traceback goes to `progress`), and the run goes on.
+
+    jobs: processes to share the cases among (default `default_jobs()`); with more than one, each case runs
+    in a fresh worker process (`_Workers`) and the rows come back in the same order as one process gives.
     """
     jax.config.update("jax_enable_x64", True)
     ops = (list(OPS) if not modules else []) if ops is None else list(ops)
     for name in ops:
         if name not in OPS:
             raise ValueError(f"op: expected one of {sorted(OPS)}, got {name!r}")
+    jobs = default_jobs() if jobs is None else jobs
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs: expected a positive integer, got {jobs!r}")
     specs = {name: OPS[name] for name in ops}
     specs.update({name: module_spec(name) for name in modules})
     work = []
     for name, spec in specs.items():
         selected = [c for c in (spec.quick if quick else spec.cases) if cases is None or c.name in cases]
-        work += [(name, spec, c, d) for c in selected for d in dtypes]
+        work += [_Item(name, name in modules, c.name, quick, d, implementation) for c in selected for d in dtypes]
     if not work:
         raise ValueError(f"case: no case of {list(specs)} matches {list(cases or [])}")
 
-    rows: list[Row] = []
-    arrays = {}
-    case_seconds = {}
     start = time.perf_counter()
-    for i, (name, spec, case, dtype) in enumerate(work, 1):
-        label = f"[{i:>{len(str(len(work)))}}/{len(work)}] {name} {case.name} {dtype}"
-        _say(progress, f"{label} ...", end="")
-        t0 = time.perf_counter()
-        try:
-            result = spec.run(case, dtype, implementation, spec.map_grads if case.name in spec.map_cases else ())
-            new = [Row.of(name, case.name, dtype, c) for c in result.comparisons]
-            arrays.update({(name, case.name, dtype, g): a for g, a in result.arrays.items()})
-        except Exception as exc:  # noqa: BLE001  (reported as a FAIL row; the run goes on)
-            _say(progress, "")
-            traceback.print_exc(file=progress)
-            new = [Row.failed(name, case.name, dtype, f"{type(exc).__name__}: {exc}")]
-        rows += new
-        dt = time.perf_counter() - t0
-        case_seconds[(name, case.name, dtype)] = dt
-        bad = [r.name for r in new if not r.ok]
+    done: dict[int, _Done] = {}
+    width = len(str(len(work)))
+
+    def report(i: int, result: _Done) -> None:
+        done[i] = result
+        item = work[i]
+        bad = [r.name for r in result.rows if not r.ok]
         verdict = "PASS" if not bad else f"FAIL ({', '.join(bad)})"
-        _say(progress, f" {dt:5.1f} s  {verdict}  [total {time.perf_counter() - start:5.1f} s]")
+        if result.traceback:
+            _say(progress, result.traceback.rstrip())
+        _say(progress, f"[{len(done):>{width}}/{len(work)}] {item.op} {item.case} {item.dtype}  {result.seconds:5.1f} s"
+                       f"  {verdict}  [total {time.perf_counter() - start:5.1f} s]")
+
+    jobs = min(jobs, len(work))
+    if jobs == 1:
+        for i, item in enumerate(work):
+            report(i, _run_item(item, specs[item.op]))
+    else:
+        # the long runs first: float32 (IEEE products compile slowest), then the ops with the most cases
+        order = sorted(range(len(work)), key=lambda i: (work[i].dtype != "float32", -len(specs[work[i].op].cases)))
+        with _Workers(jobs) as workers:
+            _say(progress, f"{len(work)} case×dtype runs in {workers.count} worker processes")
+            workers.map([work[i] for i in order], lambda j, result: report(order[j], result))
+
+    rows = [r for i in range(len(work)) for r in done[i].rows]
+    arrays = {(w.op, w.case, w.dtype, g): a for i, w in enumerate(work) for g, a in done[i].arrays.items()}
+    case_seconds = {(w.op, w.case, w.dtype): done[i].seconds for i, w in enumerate(work)}
     described = {(name, c.name): ", ".join(f"{k}={v}" for k, v in c.params.items() if v not in (None, (), False))
                  for name, spec in specs.items() for c in spec.cases + spec.quick}
-    return Report(rows, arrays, implementation, time.perf_counter() - start, case_seconds, described)
+    return Report(rows, arrays, implementation, time.perf_counter() - start, case_seconds, described, jobs)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Item:
+    """One case in one dtype, by name: what a worker process needs to find and run it."""
+
+    op: str
+    is_module: bool
+    case: str
+    quick: bool
+    dtype: str
+    implementation: str
+
+
+@dataclasses.dataclass
+class _Done:
+    rows: list[Row]
+    arrays: dict[str, tuple[np.ndarray, np.ndarray]]
+    seconds: float
+    traceback: str = ""
+
+
+def _run_item(item: _Item, spec: OpSpec) -> _Done:
+    """Run one item; an exception becomes a FAIL row carrying its message, with the traceback kept."""
+    case = next(c for c in (spec.quick if item.quick else spec.cases) if c.name == item.case)
+    t0 = time.perf_counter()
+    try:
+        result = spec.run(case, item.dtype, item.implementation,
+                          spec.map_grads if case.name in spec.map_cases else ())
+        rows = [Row.of(item.op, case.name, item.dtype, c) for c in result.comparisons]
+        return _Done(rows, dict(result.arrays), time.perf_counter() - t0)
+    except Exception as exc:  # noqa: BLE001  (reported as a FAIL row; the run goes on)
+        return _Done([Row.failed(item.op, case.name, item.dtype, f"{type(exc).__name__}: {exc}")], {},
+                     time.perf_counter() - t0, traceback.format_exc())
+
+
+class _Workers:
+    """Worker processes for `run(jobs > 1)`: started fresh (`spawn`: no JAX backend or GPU context inherited),
+    each with x64 on and JAX's allocator growing on demand (XLA_PYTHON_CLIENT_PREALLOCATE=false: several
+    share one GPU). With compiled Triton the workers keep their autotune choices and kernels in
+    `<cache>/verify-jobs` (`autotune.cache_dir()`): configs timed while other processes use the same GPU are
+    good enough to check correctness, not to be reused by your programs."""
+
+    def __init__(self, count: int):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        from . import autotune
+
+        self.env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+        if not launch.INTERPRET:
+            self.env[autotune.CACHE_VAR] = str(autotune.cache_dir() / "verify-jobs")
+        self.count = count
+        self._pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_start_worker, initargs=(self.env,))
+
+    def __enter__(self) -> _Workers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def map(self, items: Sequence[_Item], report: Callable[[int, _Done], None]) -> None:
+        """Run every item, calling `report(index, result)` as each finishes; a worker that dies turns the items
+        it leaves into FAIL rows."""
+        from concurrent.futures import as_completed
+
+        futures = {self._pool.submit(_work, item): i for i, item in enumerate(items)}
+        for future in as_completed(futures):
+            i = futures[future]
+            try:
+                result = future.result()
+            except Exception as exc:  # noqa: BLE001  (a worker process that died: BrokenProcessPool)
+                item = items[i]
+                result = _Done([Row.failed(item.op, item.case, item.dtype,
+                                           f"worker process failed: {type(exc).__name__}: {exc}")], {}, 0.0)
+            report(i, result)
+
+
+def _start_worker(env: Mapping[str, str]) -> None:
+    os.environ.update(env)
+    jax.config.update("jax_enable_x64", True)
+
+
+@functools.cache
+def _spec(op: str, is_module: bool) -> OpSpec:
+    return module_spec(op) if is_module else OPS[op]
+
+
+def _work(item: _Item) -> _Done:
+    """A worker process's task: one item, found by name."""
+    return _run_item(item, _spec(item.op, item.is_module))
 
 
 def _say(stream, text: str, end: str = "\n") -> None:
@@ -578,7 +690,7 @@ def summary_line(report: Report) -> str:
     verdict = "PASS" if report.ok else "FAIL"
     return (f"{verdict}: {len(report.rows) - failed}/{len(report.rows)} checks pass over {cases} case×dtype runs "
             f"({report.implementation}, {'Triton interpreter' if launch.INTERPRET else 'compiled Triton'}) "
-            f"in {report.seconds:.1f} s")
+            f"in {report.seconds:.1f} s" + (f" ({report.jobs} processes)" if report.jobs > 1 else ""))
 
 
 def default_out_dir() -> Path:
@@ -624,7 +736,7 @@ def write(report: Report, out: Path, command: str = "") -> list[Path]:
     meta = {"command": command, "date": datetime.now().isoformat(timespec="seconds"),
             "implementation": report.implementation, "interpreter": launch.INTERPRET,
             "device": str(jax.devices()[0]), "versions": _versions(), "seconds": round(report.seconds, 2),
-            "ok": report.ok, "ratio": testing.RATIO, "atol": testing.ATOL}
+            "jobs": report.jobs, "ok": report.ok, "ratio": testing.RATIO, "atol": testing.ATOL}
     results = {**meta,
                "case_seconds": [{"op": o, "case": c, "dtype": d, "seconds": round(s, 2)}
                                 for (o, c, d), s in report.case_seconds.items()],
