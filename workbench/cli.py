@@ -16,7 +16,7 @@ from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # reports are written headless
 
-from . import autotune, bench, verify  # noqa: E402  (imports workbench first: compiled vs interpreted Triton)
+from . import autotune, bench, verify, verify_report  # noqa: E402  (imports workbench first: compiled vs interpreted Triton)
 from .bench import data_parallel as bench_data_parallel  # noqa: E402
 from .bench import ring as bench_ring  # noqa: E402
 
@@ -51,11 +51,11 @@ def _verify(args: argparse.Namespace, command: str) -> int:
     os.environ.setdefault(autotune.MODE_VAR, "off")
     report = verify.run(args.op, implementation=args.implementation, dtypes=args.dtype or verify.DTYPES,
                         quick=args.quick, cases=args.case, modules=args.module, jobs=args.jobs)
-    print(verify.table(report.rows))
-    out = args.out or verify.default_out_dir()
-    figures = verify.write(report, out, command)
+    print(verify_report.table(report.rows))
+    out = args.out or verify_report.default_out_dir()
+    figures = verify_report.write(report, out, command)
     print(f"\nreport: {out}/summary.md, results.json, {len(figures)} figures")
-    print(verify.summary_line(report))
+    print(verify_report.summary_line(report))
     return 0 if report.ok else 1
 
 
