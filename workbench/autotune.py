@@ -73,8 +73,7 @@ SAMPLES, REPS = 3, 5  # a config's time: the best of SAMPLES means of REPS calls
 STATS: collections.Counter = collections.Counter()
 """What this process did: configs `chosen_only` (one candidate), `chosen_memory`, `chosen_disk`,
 `chosen_table`, `chosen_table_nearest`, `tuned`, `chosen_first` (WORKBENCH_AUTOTUNE=off), `fallback`
-(jax-triton's autotuning); kernels
-`kernels_loaded` (from disk), `kernels_compiled`."""
+(jax-triton's autotuning); kernels `kernels_loaded` (from disk), `kernels_compiled`."""
 
 _LOCK = threading.Lock()
 
@@ -346,8 +345,9 @@ def _unwrap(kernel):
 
 
 def _original_prune(tuner):
-    """The kernel's own `early_config_prune`: jax-triton's autotuning (the fallback of `call`) replaces it with a wrapper bound to one call's meta-parameters, so it is kept aside the
-    first time the kernel is seen."""
+    """The kernel's own `early_config_prune`: jax-triton's autotuning (the fallback of `call`) replaces it
+    with a wrapper bound to one call's meta-parameters, so it is kept aside the first time the kernel is
+    seen."""
     if "_workbench_early_config_prune" not in vars(tuner):
         tuner._workbench_early_config_prune = tuner.early_config_prune
     return tuner._workbench_early_config_prune

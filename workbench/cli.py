@@ -16,7 +16,8 @@ from pathlib import Path
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # reports are written headless
 
-from . import autotune, bench, verify, verify_report  # noqa: E402  (imports workbench first: compiled vs interpreted Triton)
+# noqa: E402 below: these import workbench first (compiled vs interpreted Triton), after MPLBACKEND is set
+from . import autotune, bench, verify, verify_report  # noqa: E402
 from .bench import data_parallel as bench_data_parallel  # noqa: E402
 from .bench import ring as bench_ring  # noqa: E402
 
@@ -40,8 +41,8 @@ def _verify_parser(subparsers) -> None:
                    help="also run the VERIFY_CASES (workbench.verify.CheckCase) of this importable module, e.g. "
                         "my_pkg.my_op (repeatable; with --module and no --op, only the modules run)")
     p.add_argument("--jobs", type=int, metavar="N",
-                   help="worker processes sharing the cases (default: 1 in the interpreter, else one per CPU core up to 16; "
-                        "on a GPU most of a case's time is compiling its kernels on the CPU)")
+                   help="worker processes sharing the cases (default: 1 in the interpreter, else one per CPU "
+                        "core up to 16; on a GPU most of a case's time is compiling its kernels on the CPU)")
     p.set_defaults(run=_verify)
 
 

@@ -20,6 +20,7 @@ import triton
 
 from .. import launch
 from .spec import PeerCalls
+from .timing import jitted_pair
 
 
 # ----------------------------------------------------------------------------- flash-linear-attention (torch)
@@ -71,15 +72,7 @@ def jax_peer_calls(forward: Callable[[dict[str, jax.Array]], tuple], primals: di
     launched: modules of ejkernel that hold its `triton_call`; on a machine without CUDA they launch
     through `workbench.launch` (Triton's interpreter) while a call traces.
     """
-    order = tuple(primals)
-
-    def forward_backward(p, cts):
-        outputs, pullback = jax.vjp(forward, p)
-        (grads,) = pullback(cts)
-        return (*outputs, *(grads[n] for n in order))
-
-    cts = tuple(cotangents)  # arguments, as in `timing.jax_calls`
-    fwd, fwd_bwd = jax.jit(forward), jax.jit(forward_backward)
+    (fwd, fwd_bwd), (primals, cts) = jitted_pair(forward, primals, cotangents)
     if launch.INTERPRET and launched:
         fwd, fwd_bwd = (_launched_by_workbench(launched, f) for f in (fwd, fwd_bwd))
     return PeerCalls(forward=lambda: fwd(primals), forward_backward=lambda: fwd_bwd(primals, cts),

@@ -52,22 +52,31 @@ def jax_calls(op: OpBench, implementation: str, inputs: Mapping[str, jax.Array],
 
 def jitted_passes(op: OpBench, implementation: str, inputs: Mapping[str, jax.Array],
                   cotangents: Sequence[jax.Array], **options):
-    """((forward(primals), forward_backward(primals, cotangents)) under `jax.jit`, (primals, cotangents)):
-    what `jax_calls` runs, for a caller that lowers the programs (`data_parallel` reads their collectives)."""
-    diff = op.differentiable
-    rest = {n: x for n, x in inputs.items() if n not in diff}
+    """`jitted_pair` of the op's call: what `jax_calls` runs, for a caller that lowers the programs
+    (`data_parallel` reads their collectives)."""
+    rest = {n: x for n, x in inputs.items() if n not in op.differentiable}
 
     def forward(primals):
         return tuple(op.call(implementation, **primals, **rest, **options))
 
-    def forward_backward(primals, cts):
-        outputs, pullback = jax.vjp(lambda p: forward(p), primals)
+    return jitted_pair(forward, {n: inputs[n] for n in op.differentiable}, cotangents)
+
+
+def jitted_pair(forward: Callable[[dict[str, jax.Array]], tuple], primals: Mapping[str, jax.Array],
+                cotangents: Sequence[jax.Array]):
+    """((forward(primals), forward_backward(primals, cotangents)) under `jax.jit`, (primals, cotangents)):
+    forward_backward is `jax.vjp` of `forward` pulled back by the cotangents, returning the outputs and
+    the gradients in the order of `primals`."""
+    order = tuple(primals)
+
+    def forward_backward(p, cts):
+        outputs, pullback = jax.vjp(forward, p)
         (grads,) = pullback(cts)
-        return (*outputs, *(grads[n] for n in diff))
+        return (*outputs, *(grads[n] for n in order))
 
     # the cotangents are arguments, as a training step's are: closed over, they would be constants of the
     # program, folded and embedded by XLA at compile time (seconds at the targets' sizes)
-    return (jax.jit(forward), jax.jit(forward_backward)), ({n: inputs[n] for n in diff}, tuple(cotangents))
+    return (jax.jit(forward), jax.jit(forward_backward)), (dict(primals), tuple(cotangents))
 
 
 def say(text: str) -> None:
