@@ -745,6 +745,50 @@ def test_the_table_builder_turns_a_tuning_run_into_entries_that_choose_the_same(
     assert [book.from_table(k, configs, folder).config.kwargs["BV"] for k in keys] == [32, 16]
 
 
+def test_the_table_builder_times_anew_but_reuses_and_keeps_compiled_kernels(tmp_path):
+    """`workbench tune`'s temporary cache: no choices of the user's cache reach it (everything is timed anew),
+    but its compiled kernels are the user's (a kernel compiled by an earlier run is read, one compiled now is
+    kept)."""
+    from workbench.bench import tune
+
+    user = tmp_path / "user"
+    autotune.Store(user / "autotune").write(_key(), {"kwargs": {"BV": 64}})
+    autotune.Store(user / "kernels").write({"kernel": "earlier"}, {"ptx": "earlier"})
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    tune.choices_only_cache(fresh, user)
+    assert autotune.Store(fresh / "autotune").read(_key()) is None
+    assert autotune.Store(fresh / "kernels").read({"kernel": "earlier"})["ptx"] == "earlier"
+    autotune.Store(fresh / "kernels").write({"kernel": "now"}, {"ptx": "now"})
+    assert autotune.Store(user / "kernels").read({"kernel": "now"})["ptx"] == "now"
+
+
+def test_the_table_builder_merges_the_shapes_that_ran_and_names_those_that_did_not(tmp_path, monkeypatch):
+    """`write_table` with a stub run (tuning as a kernel launch would): a shape that raises costs only its own
+    entries; the others are merged into the device's file, then `ShapesFailed` names the one that failed."""
+    from workbench import tuning_table
+    from workbench.bench import tune
+
+    def run_once(op, shape, dtype, seed):
+        if shape["K"] == 256:
+            raise RuntimeError("out of shared memory")
+        store = autotune.Store(autotune.cache_dir() / "autotune")
+        autotune.Choices(store).tune(_key(key_values={"H": shape["H"], "K": shape["K"]}), _configs(),
+                                     Timer({16: 2.0, 32: 1.0, 64: 3.0}))
+
+    monkeypatch.setattr(tune.launch, "INTERPRET", False)
+    monkeypatch.setattr(tune, "_run_once", run_once)
+    monkeypatch.setenv(autotune.CACHE_VAR, str(tmp_path / "user"))
+    folder = tmp_path / "table"
+    with pytest.raises(tune.ShapesFailed, match=r"1 shape\(s\) not tuned(.|\n)*K=256.*out of shared memory") as info:
+        tune.write_table(["recurrent"], ["target"], head_dims=[128, 256], folder=folder)
+    entries = json.loads(info.value.path.read_text())
+    assert info.value.path.parent == folder and len(info.value.failed) == 1
+    assert sorted(e["key"]["K"] for e in entries) == [64, 128]
+    assert {e["config"]["kwargs"]["BV"] for e in entries} == {32}
+    assert os.environ[autotune.CACHE_VAR] == str(tmp_path / "user")  # put back
+
+
 def test_the_default_mode_launches_the_table_config_untimed(cache_dir, tmp_path, monkeypatch):
     """Through `autotune.call` (stub launcher and timer): the default mode takes the table's config without
     timing; WORKBENCH_AUTOTUNE=on times the candidates as before."""

@@ -199,6 +199,9 @@ def _tune(args: argparse.Namespace, command: str) -> int:
     except bench.Refused as exc:
         print(f"workbench tune: refused: {exc}", file=sys.stderr)
         return 2
+    except tune.ShapesFailed as exc:
+        print(f"workbench tune: {exc}\ntable: {exc.path}", file=sys.stderr)
+        return 1
     print(f"table: {path}")
     return 0
 

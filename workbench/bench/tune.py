@@ -1,9 +1,13 @@
 """`workbench tune --write-table`: tune every autotuned kernel of the ops at their bench shapes on this GPU and
 merge the choices into the package's tuning table (`workbench/tuning/<device>.json`, `tuning_table`).
+A shape that cannot run (a dtype or head dimension no candidate fits) is reported and skipped: the others'
+choices are merged, then `ShapesFailed` names it.
 
 Each op's Triton forward and forward+backward run once per shape under `WORKBENCH_AUTOTUNE=refresh` with a
 fresh temporary autotune cache, so every kernel they launch is timed over its candidates (`autotune.call`);
-the cache's entries then become table entries, merged into the device's file (an entry of the same kernel,
+the compiled kernels stay shared with the user's cache (`choices_only_cache`: a compile does not depend on
+timing, so tuning processes run side by side beforehand, or an earlier run, leave nothing to compile again).
+The temporary cache's entries then become table entries, merged into the device's file (an entry of the same kernel,
 source, Triton version, key values and arrays is replaced). Shapes: the op's shape sets named, each at the
 dtypes and head dimensions asked for (a head dimension replaces K and V, or D). The table is reviewed like
 code: commit the file.
@@ -40,6 +44,18 @@ def shapes_of(op_name: str, shape_sets: Sequence[str], head_dims: Sequence[int] 
     return out
 
 
+def choices_only_cache(fresh: Path, shared: Path) -> Path:
+    """Make `fresh` an autotune cache folder with no choices whose compiled kernels are `shared`/kernels
+    (a link; created if missing). Where no link can be made, `fresh` keeps kernels of its own."""
+    kernels = shared / "kernels"
+    try:
+        kernels.mkdir(parents=True, exist_ok=True)
+        (fresh / "kernels").symlink_to(kernels.resolve(), target_is_directory=True)
+    except OSError as exc:
+        say(f"tune: compiled kernels not shared with {kernels} ({exc}); every candidate compiles anew")
+    return fresh
+
+
 def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequence[str] = (),
                 head_dims: Sequence[int] = (), folder: Path = tuning_table.FOLDER) -> Path:
     """Tune, then merge into this device's table file; returns its path."""
@@ -50,7 +66,9 @@ def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequen
         raise ValueError(f"--op: unknown op(s) {', '.join(unknown)}; known: {', '.join(OPS)}")
     device = jax.devices()[0].device_kind
     start = time.perf_counter()
+    failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="workbench-tune-") as cache:
+        choices_only_cache(Path(cache), autotune.cache_dir())
         saved = {v: os.environ.get(v) for v in (autotune.CACHE_VAR, autotune.MODE_VAR)}
         os.environ[autotune.CACHE_VAR], os.environ[autotune.MODE_VAR] = cache, "refresh"
         try:
@@ -58,14 +76,14 @@ def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequen
                 op = OPS[op_name]
                 for dtype in dtypes or (op.dtype,):
                     for i, shape in enumerate(shapes_of(op_name, shape_sets, head_dims)):
-                        inputs = op.inputs(shape, jnp.dtype(dtype), i)
-                        forward = jax_calls(op, "reference", inputs, []).forward
-                        cotangents = testing.random_cotangents(1000 + i, jax.eval_shape(forward))
-                        calls = jax_calls(op, "triton", inputs, cotangents)
-                        calls.block(calls.forward())
-                        calls.block(calls.forward_backward())
-                        say(f"[{time.perf_counter() - start:7.1f} s] {op_name} {dtype} "
-                            f"{' '.join(f'{k}={v}' for k, v in shape.items())}: tuned")
+                        where = f"{op_name} {dtype} {' '.join(f'{k}={v}' for k, v in shape.items())}"
+                        try:
+                            _run_once(op, shape, dtype, i)
+                        except Exception as exc:  # noqa: BLE001  one shape that cannot run costs only its entries
+                            failed.append(f"{where}: {type(exc).__name__}: {str(exc)[:300]}")
+                            say(f"[{time.perf_counter() - start:7.1f} s] {where}: FAILED ({failed[-1]})")
+                            continue
+                        say(f"[{time.perf_counter() - start:7.1f} s] {where}: tuned")
         finally:
             for name, value in saved.items():
                 if value is None:
@@ -76,4 +94,24 @@ def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequen
     table = tuning_table.Table.load(device, folder).merged(entries)
     path = table.write(folder)
     say(f"{len(entries)} choices of {device} merged into {path} ({len(table.entries)} entries)")
+    if failed:
+        raise ShapesFailed(path, failed)
     return path
+
+
+class ShapesFailed(RuntimeError):
+    """Some shapes could not be tuned (the others' choices were merged into `path`)."""
+
+    def __init__(self, path: Path, failed: Sequence[str]):
+        super().__init__(f"{len(failed)} shape(s) not tuned (the others merged into {path}):\n  " + "\n  ".join(failed))
+        self.path, self.failed = path, list(failed)
+
+
+def _run_once(op, shape, dtype: str, seed: int) -> None:
+    """The op's Triton forward and forward+backward once at `shape` (every kernel they launch is tuned)."""
+    inputs = op.inputs(shape, jnp.dtype(dtype), seed)
+    forward = jax_calls(op, "reference", inputs, []).forward
+    cotangents = testing.random_cotangents(1000 + seed, jax.eval_shape(forward))
+    calls = jax_calls(op, "triton", inputs, cotangents)
+    calls.block(calls.forward())
+    calls.block(calls.forward_backward())
