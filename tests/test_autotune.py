@@ -763,6 +763,18 @@ def test_the_table_builder_times_anew_but_reuses_and_keeps_compiled_kernels(tmp_
     assert autotune.Store(user / "kernels").read({"kernel": "now"})["ptx"] == "now"
 
 
+def test_the_table_builder_takes_each_shape_once_at_the_head_dims_asked_for():
+    from workbench.bench import specs, tune
+
+    target = specs.OPS["chunk_kda"].shape_sets["target"][0]
+    assert tune.shapes_of("chunk_kda", ["target"]) == [target]
+    assert [(s["K"], s["V"]) for s in tune.shapes_of("chunk_kda", ["target", "target"], [64, target["K"], 64])] == [
+        (64, 64), (target["K"], target["K"])]
+    assert {s["D"] for s in tune.shapes_of("flash_attention", ["target"], [64, 256])} == {64, 256}
+    with pytest.raises(ValueError, match="--shapes: recurrent has no shape set 'nope'"):
+        tune.shapes_of("recurrent", ["nope"])
+
+
 def test_the_table_builder_merges_the_shapes_that_ran_and_names_those_that_did_not(tmp_path, monkeypatch):
     """`write_table` with a stub run (tuning as a kernel launch would): a shape that raises costs only its own
     entries; the others are merged into the device's file, then `ShapesFailed` names the one that failed."""
@@ -781,10 +793,10 @@ def test_the_table_builder_merges_the_shapes_that_ran_and_names_those_that_did_n
     monkeypatch.setenv(autotune.CACHE_VAR, str(tmp_path / "user"))
     folder = tmp_path / "table"
     with pytest.raises(tune.ShapesFailed, match=r"1 shape\(s\) not tuned(.|\n)*K=256.*out of shared memory") as info:
-        tune.write_table(["recurrent"], ["target"], head_dims=[128, 256], folder=folder)
+        tune.write_table(["recurrent"], ["target"], head_dims=[32, 256, 128], folder=folder)
     entries = json.loads(info.value.path.read_text())
     assert info.value.path.parent == folder and len(info.value.failed) == 1
-    assert sorted(e["key"]["K"] for e in entries) == [64, 128]
+    assert sorted(e["key"]["K"] for e in entries) == [32, 128]  # not the target's own 64
     assert {e["config"]["kwargs"]["BV"] for e in entries} == {32}
     assert os.environ[autotune.CACHE_VAR] == str(tmp_path / "user")  # put back
 

@@ -184,7 +184,7 @@ def _tune_parser(subparsers) -> None:
     p.add_argument("--dtypes", default="", metavar="LIST",
                    help="comma list of dtypes (default each op's bench dtype), e.g. bfloat16,float16,float32")
     p.add_argument("--head-dims", type=_int_list, default=[], metavar="LIST",
-                   help="also every shape at these head dimensions (K = V, or D), e.g. 64,128,256")
+                   help="every shape at these head dimensions (K = V, or D) instead of its own, e.g. 64,128,256")
     p.add_argument("--folder", type=Path, metavar="DIR", help="table folder (default the package's workbench/tuning)")
     p.set_defaults(run=_tune)
 

@@ -31,16 +31,17 @@ from .timing import jax_calls, say
 
 
 def shapes_of(op_name: str, shape_sets: Sequence[str], head_dims: Sequence[int] = ()) -> list[dict[str, int]]:
-    """The shapes of the named sets, each also at every head dimension in `head_dims` (K = V, or D)."""
+    """The shapes of the named sets, each at every head dimension in `head_dims` (K = V, or D) instead of its
+    own (its own when `head_dims` is empty); each shape once."""
     op = OPS[op_name]
-    out = []
+    out: list[dict[str, int]] = []
     for name in shape_sets:
         if name not in op.shape_sets:
             raise ValueError(f"--shapes: {op_name} has no shape set {name!r}; known: {', '.join(op.shape_sets)}")
         for shape in op.shape_sets[name]:
-            variants = [dict(shape)] + [{**shape, **({"D": d} if "D" in shape else {"K": d, "V": d})}
-                                        for d in head_dims]
-            out += [s for s in variants if s not in out]
+            variants = ([{**shape, **({"D": d} if "D" in shape else {"K": d, "V": d})} for d in head_dims]
+                        or [dict(shape)])
+            out += [s for i, s in enumerate(variants) if s not in out and s not in variants[:i]]
     return out
 
 
