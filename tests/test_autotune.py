@@ -133,6 +133,23 @@ def test_a_real_kernels_plan_prunes_as_jax_triton_and_keys_its_autotune_argument
     assert autotune.digest(_plan(T=40).key) == autotune.digest(p.key)  # T is not an autotune key
 
 
+def test_the_key_holds_the_launch_size_in_programs_rounded_to_a_power_of_two():
+    """`programs`: the grid's size with the first candidate's blocks, to the nearest power of two, so that a
+    batch of 1 and one of 8 are tuned (and looked up in the table) apart, and T = 1000 and 1100 are not."""
+    assert [autotune.programs(g, {}) for g in ((3, 5), 48, (1, 1, 1), (0, 4), (2, 3, 4))] == [16, 64, 1, 1, 32]
+    assert autotune.programs(lambda m: (64 // m["BV"], 12), {"BV": 16}) == 64  # 48 programs
+    args, outs, meta = _recurrent_call(V=64)
+
+    def plan(n):  # recurrent's forward grid: (V / BV, N·H), its first candidate's BV
+        return autotune.plan(recurrent_kernels.recurrent_fwd_kernel, args, outs, meta, device="NVIDIA H100",
+                             versions={"triton": "3.6.0"}, grid=lambda m: (64 // m["BV"], n * 2))
+
+    p = plan(1)
+    assert p.key["key"]["programs"] == autotune.programs((64 // p.candidates[0].kwargs["BV"], 2), {})
+    assert plan(8).key["key"]["programs"] == 8 * p.key["key"]["programs"]
+    assert autotune.digest(plan(1).key) != autotune.digest(plan(8).key)
+
+
 # ----------------------------------------------------------------------------- store
 
 
@@ -673,7 +690,7 @@ def _entry(key, config):
 
 def test_the_table_answers_before_anything_is_timed_and_the_cache_before_the_table(tmp_path, monkeypatch):
     """Precedence in the default mode: this process's memory, the disk cache, the table (exact, then nearest
-    by head count), and only then timing; WORKBENCH_AUTOTUNE=on skips the table."""
+    by head count and launch size), and only then timing; WORKBENCH_AUTOTUNE=on skips the table."""
     configs = _configs()
     folder = _table_dir(tmp_path, [_entry(_key(), configs[2])])
     book = autotune.Choices(autotune.Store(tmp_path / "store"))
@@ -683,6 +700,13 @@ def test_the_table_answers_before_anything_is_timed_and_the_cache_before_the_tab
     other_heads = _key(key_values={"H": 16, "K": {"shape": [4], "dtype": "f"}})
     nearest = autotune.Choices(autotune.Store(tmp_path / "store")).from_table(other_heads, configs, folder)
     assert (nearest.config.kwargs["BV"], nearest.source) == (64, "table_nearest")
+    # a launch's size is near too: of two entries, the one nearer in programs (log scale) serves
+    sized = lambda n, c: _entry(_key(key_values={"H": 2, "K": {"shape": [4], "dtype": "f"}, "programs": n}), c)  # noqa: E731
+    two = _table_dir(tmp_path / "sized", [sized(64, configs[0]), sized(4096, configs[1])])
+    for n, bv in ((16, 16), (256, 16), (1024, 32), (1 << 20, 32)):
+        got = autotune.Choices(autotune.Store(tmp_path / f"s{n}")).from_table(
+            _key(key_values={"H": 2, "K": {"shape": [4], "dtype": "f"}, "programs": n}), configs, two)
+        assert (got.config.kwargs["BV"], got.source) == (bv, "table_nearest"), n
     # another head dim is not "near": the table has nothing for it
     assert book.from_table(_key(key_values={"H": 2, "K": {"shape": [8], "dtype": "f"}}), configs, folder) is None
     assert book.from_table(_key(arrays=[["q", "float32", "given"]]), configs, folder) is None  # another dtype
@@ -808,7 +832,7 @@ def test_the_default_mode_launches_the_table_config_untimed(cache_dir, tmp_path,
     timer = lambda config, run: pytest.fail("the table's config needs no timing")  # noqa: E731
     args = _arrays()
     p = autotune.plan(recurrent_kernels.recurrent_fwd_kernel, args, _recurrent_call()[1], _recurrent_call()[2],
-                      device="NVIDIA H100", versions=autotune.versions())
+                      device="NVIDIA H100", versions=autotune.versions(), grid=(1,))  # _gpu_call's grid
     assert len(p.candidates) > 1
     monkeypatch.setenv(autotune.TABLE_VAR, str(_table_dir(tmp_path, [_entry(p.key, p.candidates[-1])])))
     _gpu_call(args, launcher, timer, tune_inputs={"cu_seqlens": CU})

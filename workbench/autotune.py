@@ -12,8 +12,10 @@ autotuned kernel (`launch.triton_call`, GPU branch):
 2. key: the kernel's source hash (`source_hash`: its source, the `@triton.jit` helpers it reaches and
    their constexpr globals; independent of what was hashed before, unlike Triton's `cache_key`), the
    candidates, the values of the kernel's autotune `key=` arguments (arrays as shape and
-   dtype; flags computed by its `@triton.heuristics` included), every array argument's dtype and
-   whether it is given, the device kind, and the Triton and jax-triton versions;
+   dtype; flags computed by its `@triton.heuristics` included) and `programs` (the launch's grid size
+   with the first candidate's blocks, rounded to a power of two: how much of the GPU the launch fills,
+   which neither batch nor sequence length enters otherwise), every array argument's dtype and whether it
+   is given, the device kind, and the Triton and jax-triton versions;
 3. choice: remembered in this process, else read from `$WORKBENCH_CACHE_DIR/autotune/<sha256>.json`,
    else (the default mode) the shipped tuning table's entry for the key, or the nearest one of the same
    kernel on the same GPU kind (`tuning_table`: nothing is timed), else *tuned ahead*: while the
@@ -391,6 +393,14 @@ def key_values(tuner, rules: Sequence[Mapping[str, Callable]], named: Mapping[st
     return {name: describe(scope[name]) if name in scope else "<missing>" for name in tuner.keys}
 
 
+def programs(grid: Any, meta: Mapping[str, Any]) -> int:
+    """A launch's program count (`grid`: a tuple of ints, an int, or a function of the meta-parameters
+    `meta`), rounded to the nearest power of two (≥ 1): the tuning key's measure of the launch's size."""
+    dims = grid(dict(meta)) if callable(grid) else grid
+    n = math.prod(int(d) for d in (dims if isinstance(dims, (tuple, list)) else (dims,)))
+    return 1 << max(0, round(math.log2(n))) if n > 0 else 1
+
+
 @dataclasses.dataclass
 class Plan:
     """What the launcher knows of one autotuned call before choosing."""
@@ -403,8 +413,9 @@ class Plan:
 
 
 def plan(kernel, args: Sequence[Any], out_shapes: Sequence[Any], metaparams: Mapping[str, Any], *,
-         device: str, versions: Mapping[str, str]) -> Plan:
-    """Candidates and key of an autotuned call; `args` may be tracers (only shapes and dtypes are read)."""
+         device: str, versions: Mapping[str, str], grid: Any = None) -> Plan:
+    """Candidates and key of an autotuned call; `args` may be tracers (only shapes and dtypes are read).
+    With `grid`, the key's values hold `programs` (the grid's size with the first candidate's blocks)."""
     import jax
 
     tuner, rules, fn = _unwrap(kernel)
@@ -413,9 +424,11 @@ def plan(kernel, args: Sequence[Any], out_shapes: Sequence[Any], metaparams: Map
     configs = candidates(tuner, named, metaparams)
     arrays = [[name, str(v.dtype), "given" if math.prod(v.shape) else "empty"]
               for name, v in zip(fn.arg_names, values) if is_array(v)]
+    values = key_values(tuner, rules, named, metaparams)
+    if grid is not None:
+        values["programs"] = programs(grid, {**metaparams, **configs[0].kwargs})
     key = tuning_key(kernel=function_name(fn), source=source_hash(fn), candidates=configs,
-                     key_values=key_values(tuner, rules, named, metaparams), arrays=arrays, device=device,
-                     versions=versions)
+                     key_values=values, arrays=arrays, device=device, versions=versions)
     return Plan(tuner, kernel.fn, list(fn.arg_names), configs, key)
 
 
@@ -531,7 +544,7 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
 
     if device is None:
         device = jax.devices()[0].device_kind
-    p = plan(kernel, args, out_shapes, metaparams, device=device, versions=versions())
+    p = plan(kernel, args, out_shapes, metaparams, device=device, versions=versions(), grid=grid)
     if isinstance(tune_inputs, StandIns):  # offered to any kernel: keep the ones it takes
         tune_inputs = {name: value for name, value in tune_inputs.items() if name in p.arg_names[:len(args)]}
     elif tune_inputs:

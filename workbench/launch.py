@@ -344,7 +344,7 @@ def interpreter_config(kernel: Autotuner, index: int):
 class Launch:
     """One `triton_call` as the launcher receives it: the kernel (autotuner and heuristics included), its
     arguments (arrays possibly traced; `None` already replaced by `absent()`), output shapes, meta-parameters,
-    and the warps and stages the caller asked for (None: the config's or Triton's default)."""
+    the warps and stages the caller asked for (None: the config's or Triton's default), and the grid."""
 
     kernel: Any
     args: tuple
@@ -352,6 +352,7 @@ class Launch:
     metaparams: dict
     num_warps: int | None
     num_stages: int | None
+    grid: Any = None
 
 
 _OBSERVERS: list[Callable[[Launch], None]] = []
@@ -400,7 +401,7 @@ def triton_call(
     out_shapes = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in out_shapes]
     if INTERPRET:
         if _OBSERVERS:
-            seen = Launch(kernel, args, tuple(out_shapes), dict(metaparams), num_warps, num_stages)
+            seen = Launch(kernel, args, tuple(out_shapes), dict(metaparams), num_warps, num_stages, grid)
             for observer in list(_OBSERVERS):
                 observer(seen)
         outs = _interpreted_call(

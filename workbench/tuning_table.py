@@ -12,8 +12,9 @@ the kernel's autotune `key=` values, its arrays' dtypes and presence, and the ch
 `autotune.config_fields` writes it. `Table.choose` answers a launch's key (`autotune.tuning_key`):
 
 1. the entry with the same kernel, source, Triton, key values and arrays, if its config is a candidate;
-2. else the nearest entry of that kernel on that device: the same key values except the head counts
-   (`NEAREST`), which are nearest on a log scale, and the same arrays;
+2. else the nearest entry of that kernel on that device: the same key values except the head counts and
+   the launch's size in programs (`NEAREST`), which are nearest on a log scale (the sum of their
+   |log ratio|s), and the same arrays;
 3. else nothing: the launcher times the candidates as before.
 
 Entries of the device whose kernel matches by name but not by source or Triton version were made for other
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 FOLDER = Path(__file__).resolve().parent / "tuning"
-NEAREST = ("H", "HKV")  # key values that may differ between a launch and the entry that serves it
+NEAREST = ("H", "HKV", "programs")  # key values that may differ between a launch and the entry serving it
 FIELDS = ("kernel", "source", "triton", "key", "arrays", "config")
 
 
