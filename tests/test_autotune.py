@@ -2,6 +2,7 @@
 with a stub timer, the launcher's GPU branch with a stub jax-triton, and the compiled-kernel cache with a
 stub compiler. The real thing (jax-triton on a GPU) is exercised by `workbench bench --first-call`."""
 
+import collections
 import json
 import math
 import os
@@ -969,3 +970,55 @@ def test_a_kernels_source_hash_follows_its_helpers_and_constexpr_globals(tmp_pat
                                      "helper by module attribute": {"one": 2},
                                      "constexpr global": {"scale": 5}}[change])
     assert (base == other) == (change == "none"), (change, base, other)
+
+
+def _bench_launches(op_name: str, shape_set: str, dtype: str) -> list:
+    """Every launch of the op's Triton forward alone and forward+backward at the bench shape set, traced
+    abstractly on the CPU (nothing runs), as `launch.Launch` records."""
+    from workbench.bench.specs import OPS
+
+    op, seen = OPS[op_name], []
+    for shape in op.shape_sets[shape_set]:
+        inputs = jax.eval_shape(lambda: {n: x for n, x in op.inputs(shape, jnp.dtype(dtype), 0).items()
+                                         if hasattr(x, "dtype")})
+        fixed = {n: x for n, x in op.inputs(dict(shape, T=16), jnp.dtype(dtype), 0).items()
+                 if not hasattr(x, "dtype")}
+        wrt = [n for n in op.differentiable if n in inputs]
+
+        def both(primals, inputs=inputs, fixed=fixed, wrt=wrt):
+            rest = {n: x for n, x in inputs.items() if n not in wrt}
+            out, pullback = jax.vjp(lambda *xs: op.call("triton", **rest, **fixed, **dict(zip(wrt, xs))), *primals)
+            return pullback(jax.tree.map(jnp.ones_like, out))
+
+        with launch.observing(seen.append):
+            jax.eval_shape(both, [inputs[n] for n in wrt])
+            jax.eval_shape(lambda a, fixed=fixed: op.call("triton", **a, **fixed), inputs)
+    return seen
+
+
+@pytest.mark.parametrize("op_name", ["recurrent", "chunk_gla", "chunk_kda"])
+def test_the_shipped_h100_table_serves_every_bench_launch_without_timing(op_name):
+    """The H100 table answers every autotuned launch of the op's bench shapes from an entry made at that
+    key (`target`, `sweep`: "table") and every launch of `off_table` (T = 3000, H = 12) from the nearest
+    one: a first call there times nothing. Keys as the GPU launcher makes them (`autotune.plan` with the
+    launch's grid); the source hash is the entries' (the test above holds those to the current kernels)."""
+    from triton.runtime.autotuner import Autotuner
+
+    from workbench import tuning_table
+
+    table = tuning_table.Table.load("NVIDIA H100 80GB HBM3")
+    sources = {e["kernel"]: e["source"] for e in table.entries}
+    for shape_set, want in (("target", "table"), ("sweep", "table"), ("off_table", "table_nearest")):
+        answers = collections.Counter()
+        for seen in _bench_launches(op_name, shape_set, "bfloat16"):
+            if not isinstance(seen.kernel, Autotuner):
+                continue
+            p = autotune.plan(seen.kernel, seen.args, seen.out_shapes, seen.metaparams, grid=seen.grid,
+                              device=table.device, versions={"triton": triton.__version__})
+            if len(p.candidates) == 1:
+                continue
+            found = table.choose({**p.key, "source": sources.get(p.key["kernel"])},
+                                 [autotune.config_fields(c) for c in p.candidates])
+            answers[found and found[1]] += 1
+            assert found is not None and found[1] == want, (shape_set, p.key["kernel"], p.key["key"], found)
+        assert sum(answers.values()) >= 2, answers

@@ -360,19 +360,22 @@ def test_install_peers_says_what_is_missing(tmp_path):
 
 def test_tuning_table_price_table_matches_its_records():
     """data/bench/tuning_table/README.md's table: each row's medians and ratio are those of the records in
-    table/ and on/ (the same op, pass and shape)."""
+    <run>/table/ and <run>/on/ (the same op, shape and pass), and every Triton row of those records has a
+    row."""
     folder = ROOT / "data" / "bench" / "tuning_table"
     medians = {}
-    for mode in ("table", "on"):
-        for path in sorted((folder / mode).glob("*.json")):
-            record = json.loads(path.read_text())
-            for row in record["results"]:
-                if row["implementation"] == "triton":
-                    medians[(mode, record["op"], row["pass"])] = row["ms"]["median"]
-    rows = [line.strip("|").split("|") for line in (folder / "README.md").read_text().splitlines()
-            if line.startswith("| ") and not line.startswith("| op ")]
-    assert len(rows) == len(medians) // 2 == 6, rows
-    for op, name, table_ms, tuned_ms, ratio in ([c.strip() for c in row] for row in rows):
+    for path in sorted(folder.glob("*/*/*.json")):
+        run, mode = path.parent.parent.name, path.parent.name
+        record = json.loads(path.read_text())
+        for row in record["results"]:
+            if row["implementation"] == "triton":
+                shape = " ".join(f"{k}={v}" for k, v in row["shape"].items())
+                medians[(run, mode, record["op"], shape, row["pass"])] = row["ms"]["median"]
+    rows = [[c.strip() for c in line.strip("|").split("|")]
+            for line in (folder / "README.md").read_text().splitlines()
+            if line.startswith("| ") and not line.startswith("| run ")]
+    assert len(rows) == len(medians) // 2 >= 54, (len(rows), len(medians))
+    for run, op, shape, name, table_ms, tuned_ms, ratio in rows:
         p = {"forward": "forward", "forward+backward": "forward_backward"}[name]
-        t, u = medians[("table", op, p)], medians[("on", op, p)]
-        assert (table_ms, tuned_ms, ratio) == (f"{t:.3f}", f"{u:.3f}", f"{t / u:.3f}"), (op, name)
+        t, u = medians[(run, "table", op, shape, p)], medians[(run, "on", op, shape, p)]
+        assert (table_ms, tuned_ms, ratio) == (f"{t:.3f}", f"{u:.3f}", f"{t / u:.3f}"), (run, op, shape, name)
