@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import workbench  # noqa: E402, F401  (first: decides compiled vs interpreted Triton)
 
-import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from workbench import bench, compile_check  # noqa: E402
@@ -39,28 +38,9 @@ def record(op_name: str, shape_set: str, all_configs: bool, lengths=None, option
     dtype = jnp.dtype(op.dtype)
     with compile_check.record(all_configs=all_configs) as specs:
         for shape in op.shape_sets[shape_set]:
-            if lengths and shape.get("T", shape.get("Tq")) not in lengths:
-                continue
-            inputs = jax.eval_shape(lambda: {n: x for n, x in op.inputs(shape, dtype, 0).items()
-                                            if hasattr(x, "dtype")})
-            fixed = {n: x for n, x in op.inputs(dict(shape, **_tiny(shape)), dtype, 0).items()
-                     if not hasattr(x, "dtype")}
-            wrt = [n for n in op.differentiable if n in inputs]
-
-            def f(primals, fixed=fixed, inputs=inputs, wrt=wrt):
-                rest = {n: x for n, x in inputs.items() if n not in wrt}
-                out, pullback = jax.vjp(lambda *xs: op.call("triton", **rest, **fixed, **dict(zip(wrt, xs)), **options),
-                                        *primals)
-                return pullback(jax.tree.map(jnp.ones_like, out))
-
-            jax.eval_shape(f, [inputs[n] for n in wrt])
-            jax.eval_shape(lambda arrays, fixed=fixed: op.call("triton", **arrays, **fixed, **options), inputs)
+            if not lengths or shape.get("T", shape.get("Tq")) in lengths:
+                op.trace(shape, dtype, options)
     return specs
-
-
-def _tiny(shape):
-    """The same shape with T = 16: the non-array inputs (flags) without building the full arrays twice."""
-    return {n: 16 for n in shape if n in ("T", "Tq", "Tk")}
 
 
 def main() -> int:

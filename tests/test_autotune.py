@@ -977,22 +977,10 @@ def _bench_launches(op_name: str, shape_set: str, dtype: str) -> list:
     abstractly on the CPU (nothing runs), as `launch.Launch` records."""
     from workbench.bench.specs import OPS
 
-    op, seen = OPS[op_name], []
-    for shape in op.shape_sets[shape_set]:
-        inputs = jax.eval_shape(lambda: {n: x for n, x in op.inputs(shape, jnp.dtype(dtype), 0).items()
-                                         if hasattr(x, "dtype")})
-        fixed = {n: x for n, x in op.inputs(dict(shape, T=16), jnp.dtype(dtype), 0).items()
-                 if not hasattr(x, "dtype")}
-        wrt = [n for n in op.differentiable if n in inputs]
-
-        def both(primals, inputs=inputs, fixed=fixed, wrt=wrt):
-            rest = {n: x for n, x in inputs.items() if n not in wrt}
-            out, pullback = jax.vjp(lambda *xs: op.call("triton", **rest, **fixed, **dict(zip(wrt, xs))), *primals)
-            return pullback(jax.tree.map(jnp.ones_like, out))
-
-        with launch.observing(seen.append):
-            jax.eval_shape(both, [inputs[n] for n in wrt])
-            jax.eval_shape(lambda a, fixed=fixed: op.call("triton", **a, **fixed), inputs)
+    seen = []
+    with launch.observing(seen.append):
+        for shape in OPS[op_name].shape_sets[shape_set]:
+            OPS[op_name].trace(shape, dtype)
     return seen
 
 

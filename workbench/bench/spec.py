@@ -83,6 +83,28 @@ class OpBench:
             return f"T={shape['T']} > {limit}: {why}"
         return None
 
+    def trace(self, shape: Mapping[str, int], dtype: Any, options: Mapping[str, Any] | None = None) -> None:
+        """Trace the Triton path's forward+backward (ones as cotangents) and its forward alone at `shape`,
+        abstractly (`jax.eval_shape`: no kernel runs), with `options` passed to every call: what a launch
+        observer (`launch.observing`, `compile_check.record`) sees of the op at that shape."""
+        import jax.numpy as jnp
+
+        options = dict(options or {})
+        dtype = jnp.dtype(dtype)
+        inputs = jax.eval_shape(lambda: {n: x for n, x in self.inputs(shape, dtype, 0).items() if hasattr(x, "dtype")})
+        tiny = {n: 16 for n in shape if n in ("T", "Tq", "Tk")}  # the non-array inputs without the full arrays
+        fixed = {n: x for n, x in self.inputs({**shape, **tiny}, dtype, 0).items() if not hasattr(x, "dtype")}
+        wrt = [n for n in self.differentiable if n in inputs]
+        rest = {n: x for n, x in inputs.items() if n not in wrt}
+
+        def both(primals):
+            out, pullback = jax.vjp(lambda *xs: self.call("triton", **rest, **fixed, **dict(zip(wrt, xs)), **options),
+                                    *primals)
+            return pullback(jax.tree.map(jnp.ones_like, out))
+
+        jax.eval_shape(both, [inputs[n] for n in wrt])
+        jax.eval_shape(lambda arrays: self.call("triton", **arrays, **fixed, **options), inputs)
+
     @property
     def names(self) -> tuple[str, ...]:
         """Outputs then gradients: what a forward+backward returns, in order."""
