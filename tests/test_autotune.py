@@ -273,6 +273,65 @@ def test_a_config_that_fails_loses_and_none_running_is_an_error(tmp_path):
         book.tune(_key(source="other"), _configs(), Timer({16: ValueError("x"), 32: ValueError("y"), 64: math.inf}))
 
 
+class HostCalls:
+    """`run(xs)` for `time_on_device`/`chained` on a CPU: a host callback (as opaque to XLA as a Triton
+    launch) that counts its calls and returns (2 × the floating input, the integer input + 1)."""
+
+    def __init__(self, floating, integer):
+        self.calls = 0
+        self.shapes = (jax.ShapeDtypeStruct(floating.shape, floating.dtype),
+                       jax.ShapeDtypeStruct(integer.shape, integer.dtype))
+
+    def host(self, f, i):
+        self.calls += 1
+        return np.asarray(f) * 2, np.asarray(i) + 1
+
+    def __call__(self, xs):
+        integer, floating, scale = xs  # the launch's arguments: arrays and a Python scalar
+        assert scale == 5
+        return jax.pure_callback(self.host, self.shapes, floating, integer)
+
+
+@pytest.mark.parametrize("n", [1, 3, 7])
+def test_a_chain_launches_every_copy_once_per_run_and_returns_the_last(n):
+    floating, integer = jnp.linspace(-1, 1, 128, dtype=jnp.bfloat16).reshape(16, 8), jnp.arange(4, dtype=jnp.int32)
+    run = HostCalls(floating, integer)
+    program, arrays = autotune.chained(run, [integer, floating, 5], n)
+    assert len(arrays) == 2  # the scalar stays a Python value
+    out = jax.block_until_ready(program(arrays))
+    assert run.calls == n  # XLA merged no copy and dropped none
+    np.testing.assert_array_equal(np.asarray(out[0], np.float32), np.asarray(floating, np.float32) * 2)
+    np.testing.assert_array_equal(out[1], np.arange(4) + 1)
+    # what the chain is for: the same launch written n times, without the link, runs once
+    run.calls = 0
+    jax.block_until_ready(jax.jit(lambda a: [run([a[0], a[1], 5]) for _ in range(n)][-1])(arrays))
+    assert run.calls == 1
+
+
+def test_a_chain_needs_a_floating_input():
+    integer = jnp.arange(4, dtype=jnp.int32)
+    assert autotune.chained(lambda xs: xs[0] + 1, [integer], 3) is None
+
+
+@pytest.mark.parametrize("chain_ms, chained", [(1e6, True), (0.0, False)])
+def test_a_call_shorter_than_chain_ms_is_timed_as_a_chain_in_one_program(monkeypatch, chain_ms, chained):
+    monkeypatch.setattr(autotune, "CHAIN_MS", chain_ms)
+    monkeypatch.setattr(autotune, "MAX_CHAIN", 4)
+    floating, integer = jnp.ones((16, 8), jnp.float32), jnp.arange(4, dtype=jnp.int32)
+    run = HostCalls(floating, integer)
+
+    @jax.jit
+    def caller(x):  # as `autotune.call` times: while the caller's function is traced
+        with jax.ensure_compile_time_eval():
+            ms = autotune.time_on_device(run, [integer, floating, 5])
+        assert math.isfinite(ms) and ms > 0
+        return x + 1
+
+    caller(1.0)
+    eager = 1 + autotune.SAMPLES * autotune.REPS
+    assert run.calls == eager + (4 * (1 + autotune.SAMPLES) if chained else 0)
+
+
 def test_a_corrupt_entry_is_tuned_again_and_replaced(tmp_path):
     store = autotune.Store(tmp_path / "s")
     key, configs = _key(), _configs()
