@@ -31,6 +31,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 TARGET = ("cuda", 90, 32)  # Hopper: compute capability 9.0, warp size 32
+SHARED_LIMIT = 232448  # bytes of shared memory one block may ask on an H100 or H200 (227 KiB); more fails to launch
 
 
 _POINTER = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64", "int8": "i8",

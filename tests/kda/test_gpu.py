@@ -107,6 +107,28 @@ def test_compiled_two_level_state_pass_within_budget(dtype):
     assert_within_budget(rows)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("segments", [1, 4], ids=["one-sweep", "4-segments"])
+def test_compiled_backward_at_256_keys_within_budget(dtype, segments):
+    """K = V = 256, the widest head the Triton path takes: the backward state sweeps in one pipeline stage
+    (kda/NOTES.md, "Shared memory at K = 256"; pipelined they asked more shared memory than an H100 has
+    and did not launch). Packed sequences with an empty one, one sweep or 4 segments: output, final state
+    and every gradient against the float64 oracle, within 1.5× the chunk reference's error."""
+    B, T, H, K, V = 1, 640, 2, 256, 256
+    cu = jnp.array([0, 3, 3, 400, 640], jnp.int32)
+    inputs = kda_inputs(11, B, T, H, K, V, dtype=dtype, n_seqs=4)
+    cts = _cotangents(12, B, T, H, K, V, 4, dtype)
+    with jax.default_matmul_precision("highest"):
+        oracle = _run(recurrent_kda_ref, to_float64(inputs), to_float64(cts), cu_seqlens=cu)
+        kernel = _run(workbench.chunk_kda, inputs, cts, cu_seqlens=cu, tuning=Tuning(segments=segments))
+        reference = _run(workbench.chunk_kda, inputs, cts, cu_seqlens=cu, implementation="reference")
+    rows = [compare("o", kernel[0][0], reference[0][0], oracle[0][0]),
+            compare("final_state", kernel[0][1], reference[0][1], oracle[0][1])]
+    rows += [compare("d" + n, kernel[1][n], reference[1][n], oracle[1][n]) for n in kernel[1]]
+    print("\n".join(map(str, rows)))
+    assert_within_budget(rows)
+
+
 def test_compiled_target_shape_bf16_is_finite_and_matches_recurrent():
     """B=8, T=4096, H=16, K=V=128 (the speed target): finite, and chunk ≈ recurrent."""
     B, T, H, K, V = 8, 4096, 16, 128, 128

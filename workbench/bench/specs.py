@@ -5,7 +5,8 @@ Adding an op: write its input factory, its call, its byte estimate and its peers
 
 Shape sets: `target` (the op's speed target), `sweep` (1k … 64k tokens), `off_table` (the target's head
 dims at T = 3000 and H = 12, which no tuning-table entry has: `workbench bench --first-call --shapes
-off_table` measures a first call served by the table's nearest entries) and `tiny` (the interpreter's).
+off_table` measures a first call served by the table's nearest entries), `tiny` (the interpreter's) and
+chunk_kda's `wide` (K = V = 256).
 """
 
 from __future__ import annotations
@@ -128,6 +129,8 @@ def _chunk_kda_bench() -> OpBench:
             "target": (dict(B=8, T=4096, H=16, K=128, V=128),),  # the KDA issue's target
             "sweep": tuple(dict(B=1, T=2 ** e, H=16, K=128, V=128) for e in range(10, 17)),  # 1k … 64k
             "off_table": (dict(B=8, T=3000, H=12, K=128, V=128),),  # no table entry: served by the nearest (H 16)
+            # the widest heads: the backward sweeps run in one pipeline stage (kda/NOTES.md), one sweep and segments
+            "wide": (dict(B=2, T=4096, H=16, K=256, V=256), dict(B=1, T=16384, H=16, K=256, V=256)),
             "tiny": (dict(B=1, T=40, H=2, K=16, V=16),),
         },
         cpu_shape_sets=("tiny",),

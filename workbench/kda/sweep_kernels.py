@@ -17,9 +17,15 @@ chunk's matrix at the row of token r, columns by position in the chunk (NOTES.md
 import triton
 import triton.language as tl
 
-from ..tl_chunked import block_configs, load_row, load_tile, prune_blocks, segment_prologue, slot_rows, sweep_prologue
+from ..tl_chunked import (block_configs, load_row, load_tile, prune_blocks, segment_prologue, slot_rows, sweep_prologue,
+                          sweep_stages)
 from ..tl_helpers import exp_e
 from .steps import khat_decay, load_matrix, tile_rows
+
+
+def _sweep_configs():
+    """The backward sweeps' configs: 2 stages, and 1 for keys wider than WIDE_KEYS (`sweep_stages`)."""
+    return block_configs("BV", (16, 32, 64), stages=(2, 1))
 
 
 @triton.autotune(configs=block_configs("BV", (16, 32, 64)), key=["H", "K", "V", "BT"],
@@ -59,8 +65,8 @@ def _kda_h_step(b_h, b_u, khat, w, b, rows, m_t, end, i_h, o_k, m_k, H: tl.const
     return b_h * exp_e(b_bL)[:, None] + tl.dot(tl.trans(b_khat), b_delta, input_precision=F32_DOT), b_delta
 
 
-@triton.autotune(configs=block_configs("BV", (16, 32, 64)), key=["H", "K", "V", "BT"],
-                 prune_configs_by={"early_config_prune": prune_blocks("BV", "do")})
+@triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT"],
+                 prune_configs_by={"early_config_prune": sweep_stages(prune_blocks("BV", "do"), "w")})
 @triton.jit
 def chunk_kda_dh_kernel(q, k, w, b, Aqk, do, dht, cu_seqlens, bounds,  # inputs
                         dh0, dhs, ddelta,  # outputs: dS_0; dH at each chunk's end [NS, H, K, V]; dδ [TT, H, V]
@@ -127,8 +133,8 @@ def _columns(i_v, BV: tl.constexpr, V: tl.constexpr, K: tl.constexpr):
     return o_c, o_c < V, (o_c >= V) & (o_c < V + K)
 
 
-@triton.autotune(configs=block_configs("BV", (16, 32, 64)), key=["H", "K", "V", "BT", "NSEG", "REVERSE"],
-                 prune_configs_by={"early_config_prune": _prune_values})
+@triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT", "NSEG", "REVERSE"],
+                 prune_configs_by={"early_config_prune": sweep_stages(_prune_values, "w")})
 @triton.jit
 def chunk_kda_segment_kernel(q, k, khat, w, u, do, b, Aqk, cu_seqlens, bounds,  # inputs (forward: khat, w, u, b)
                              ends, trans,  # outputs: E_j [N·NSEG, H, K, V], P_j [N·NSEG, H, K, K]
@@ -153,8 +159,8 @@ def chunk_kda_segment_kernel(q, k, khat, w, u, do, b, Aqk, cu_seqlens, bounds,  
     tl.store(trans + i_row * K * K + o_k[:, None] * K + (o_c - V)[None, :], b_h, mask=m_k[:, None] & m_p[None, :])
 
 
-@triton.autotune(configs=block_configs("BV", (16, 32, 64)), key=["H", "K", "V", "BT", "NSEG", "REVERSE"],
-                 prune_configs_by={"early_config_prune": _prune_values})
+@triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT", "NSEG", "REVERSE"],
+                 prune_configs_by={"early_config_prune": sweep_stages(_prune_values, "w")})
 @triton.jit
 def chunk_kda_resweep_kernel(q, k, khat, w, u, do, b, Aqk, starts, cu_seqlens, bounds,  # inputs
                              states, delta,  # outputs: hs (dH with REVERSE) [NS, H, K, V]; δ (dδ) [TT, H, V]
