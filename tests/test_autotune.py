@@ -859,9 +859,10 @@ def test_the_table_builder_takes_each_shape_once_at_the_head_dims_asked_for():
         tune.shapes_of("recurrent", ["nope"])
 
 
-def test_the_table_builder_merges_the_shapes_that_ran_and_names_those_that_did_not(tmp_path, monkeypatch):
+def test_the_table_builder_merges_the_shapes_that_ran_and_names_those_that_did_not(tmp_path, monkeypatch, capsys):
     """`write_table` with a stub run (tuning as a kernel launch would): a shape that raises costs only its own
-    entries; the others are merged into the device's file, then `ShapesFailed` names the one that failed."""
+    entries; the others are merged into the device's file, then `ShapesFailed` names the one that failed.
+    A candidate that did not run where it was timed is named with its key and error."""
     from workbench import tuning_table
     from workbench.bench import tune
 
@@ -870,7 +871,7 @@ def test_the_table_builder_merges_the_shapes_that_ran_and_names_those_that_did_n
             raise RuntimeError("out of shared memory")
         store = autotune.Store(autotune.cache_dir() / "autotune")
         autotune.Choices(store).tune(_key(key_values={"H": shape["H"], "K": shape["K"]}), _configs(),
-                                     Timer({16: 2.0, 32: 1.0, 64: 3.0}))
+                                     Timer({16: 2.0, 32: 1.0, 64: RuntimeError("too many resources")}))
 
     monkeypatch.setattr(tune.launch, "INTERPRET", False)
     monkeypatch.setattr(tune, "_run_once", run_once)
@@ -880,6 +881,10 @@ def test_the_table_builder_merges_the_shapes_that_ran_and_names_those_that_did_n
         tune.write_table(["recurrent"], ["target"], head_dims=[32, 256, 128], folder=folder)
     entries = json.loads(info.value.path.read_text())
     assert info.value.path.parent == folder and len(info.value.failed) == 1
+    said = capsys.readouterr()
+    lost = [line for line in (said.out + said.err).splitlines() if "did not run" in line]
+    assert len(lost) == 2 and all("'BV': 64" in line and "too many resources" in line for line in lost), lost
+    assert {line.split("[")[1].split("]")[0] for line in lost} == {"H=16 K=32", "H=16 K=128"}
     assert sorted(e["key"]["K"] for e in entries) == [32, 128]  # not the target's own 64
     assert {e["config"]["kwargs"]["BV"] for e in entries} == {32}
     assert os.environ[autotune.CACHE_VAR] == str(tmp_path / "user")  # put back

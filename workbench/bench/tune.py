@@ -15,6 +15,7 @@ code: commit the file.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -92,12 +93,31 @@ def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequen
                 else:
                     os.environ[name] = value
         entries = tuning_table.entries_from_store(Path(cache) / "autotune")
+        for line in losers(Path(cache) / "autotune"):
+            say(f"tune: {line}")
     table = tuning_table.Table.load(device, folder).merged(entries)
     path = table.write(folder)
     say(f"{len(entries)} choices of {device} merged into {path} ({len(table.entries)} entries)")
     if failed:
         raise ShapesFailed(path, failed)
     return path
+
+
+def losers(folder: Path) -> list[str]:
+    """One line per candidate that did not run where it was timed (`timings_ms` errors in an autotune
+    store): kernel, its key values, the config and the error. A key still has a choice if any ran."""
+    out = []
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            stored = json.loads(path.read_text())
+            key, timings = stored["key"], stored["timings_ms"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        for timing in timings:
+            if timing.get("error"):
+                values = " ".join(f"{k}={v}" for k, v in sorted(key.get("key", {}).items()))
+                out.append(f"{key.get('kernel')} [{values}] {timing['config']} did not run: {timing['error'][:200]}")
+    return out
 
 
 class ShapesFailed(RuntimeError):
