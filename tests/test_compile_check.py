@@ -97,30 +97,34 @@ def test_every_kernel_compiles_for_hopper(family):
     assert not result["failed"], "\n\n".join(compile_check.describe(f) for f in result["failed"])
 
 
-def _kda_sweeps(K, segments, dtype=jnp.bfloat16):
-    """The candidate specs of chunk_kda's backward sweep kernels (forward and backward traced at K = V)."""
+def _kda_sweeps(K, segments=None, dtype=jnp.bfloat16, T=256):
+    """The candidate specs of chunk_kda's backward state sweeps and state pass (forward and backward traced
+    at K = V, T tokens in one sequence)."""
     from workbench.kda.inputs import kda_inputs
 
-    inputs = kda_inputs(0, 1, 256, 2, K, K, dtype=dtype)
+    inputs = kda_inputs(0, 1, T, 2, K, K, dtype=dtype)
     with compile_check.record() as specs:
         _trace(workbench.chunk_kda, inputs, KDA_WRT, tuning=KdaTuning(segments=segments))
-    sweeps = {"chunk_kda_dh_kernel", "chunk_kda_segment_kernel", "chunk_kda_resweep_kernel"}
+    sweeps = {"chunk_kda_dh_kernel", "chunk_kda_segment_kernel", "chunk_kda_resweep_kernel", "chunk_state_pass_kernel"}
     return [s for s in specs if s["kernel"] in sweeps]
 
 
 def test_backward_sweeps_at_256_keys_fit_hopper_shared_memory():
-    """kda/NOTES.md, "Shared memory at K = 256": the backward state sweeps hold all K rows of the state;
-    pipelined in 2 stages at K = 256 the dH sweep asks more shared memory than an H100 has, in 1 stage it
-    fits. So keys wider than 128 are offered only 1-stage configs (`tl_chunked.sweep_stages`), narrower
-    ones only the 2-stage configs they were tuned with."""
+    """kda/NOTES.md, "Shared memory at K = 256": the backward state sweep holds all K rows of the state;
+    pipelined in 2 stages at K = 256 it asks more shared memory than an H100 has, in 1 stage it fits. So
+    keys wider than 128 are offered only 1-stage configs (`tl_chunked.sweep_stages`), narrower ones only
+    the 2-stage configs they were tuned with; and wide keys take one sweep per sequence (the two-level
+    pass's [K, K] transfer matrices do not fit)."""
     for K, stages in ((128, {2}), (256, {1}), (200, {1})):
-        for segments in (1, 2):
-            specs = _kda_sweeps(K, segments)
-            kernels = {s["kernel"] for s in specs}
-            assert kernels == ({"chunk_kda_dh_kernel"} if segments == 1 else
-                               {"chunk_kda_segment_kernel", "chunk_kda_resweep_kernel"}), kernels
-            assert {s["num_stages"] for s in specs} == stages, (K, segments)
-    first = _kda_sweeps(256, 1)[0]
+        specs = _kda_sweeps(K, segments=1)
+        assert {s["kernel"] for s in specs} == {"chunk_kda_dh_kernel"}
+        assert {s["num_stages"] for s in specs} == stages, K
+    assert {s["kernel"] for s in _kda_sweeps(128, segments=2)} == {
+        "chunk_kda_segment_kernel", "chunk_kda_resweep_kernel", "chunk_state_pass_kernel"}
+    # the default at 16k tokens in one sequence of 2 heads: segments at K = 128, one sweep at K = 256
+    assert "chunk_state_pass_kernel" in {s["kernel"] for s in _kda_sweeps(128, T=16384)}
+    assert {s["kernel"] for s in _kda_sweeps(256, T=16384)} == {"chunk_kda_dh_kernel"}
+    first = _kda_sweeps(256, segments=1)[0]
     result = compile_check.compile_all([first, {**first, "num_stages": 2}], last="resources", workers=2)
     assert not result["failed"], result["failed"]
     shared = {row["spec"]["num_stages"]: row["resources"]["shared"] for row in result["resources"]}

@@ -38,10 +38,10 @@ WIDE_KEYS = 128  # beyond this key width a state sweep's pipelined configs outgr
 
 def sweep_stages(prune, keys: str):
     """`prune`, then the configs whose pipeline fits the key width of argument `keys`: wider than WIDE_KEYS,
-    those with num_stages=1, else the others. A backward state sweep holds all K rows of its [BK, BV]
-    state and loads four [BT, BK] tiles per chunk; pipelined (2 stages) at K = 256 that asks 245–369 KiB
-    of shared memory, more than an H100 has (227 KiB); in one stage it fits (kda/NOTES.md, "Shared memory
-    at K = 256")."""
+    those with num_stages=1, else the others. chunk_kda's backward state sweep holds all K rows of its
+    [BK, BV] state and loads four [BT, BK] tiles per chunk; pipelined (2 stages) at K = 256 that asks
+    245–369 KiB of shared memory, more than an H100 has (227 KiB); in one stage it fits (kda/NOTES.md,
+    "Shared memory at K = 256")."""
     def pruned(configs, named_args, **kwargs):
         kept = prune(configs, named_args, **kwargs)
         wide = named_args[keys].shape[-1] > WIDE_KEYS

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import pytest
 
 from tests.helpers import raises
-from workbench.kda import WY_VARIANTS, chunk_kda_wy_variant
+from workbench.kda import WY_VARIANTS, Tuning, chunk_kda_wy_variant
 
 B, T, H, K, V = 2, 5, 3, 4, 6
 IMPLEMENTATIONS = ["triton", "reference"]
@@ -115,6 +115,19 @@ def test_triton_refuses_head_dims_over_256(op):
     q = jnp.zeros((B, T, H, 260), jnp.float32)
     with raises("q, v", "K=260"):
         OPS[op](**{**a, "q": q, "k": q, "g": q, "initial_state": None})
+
+
+@pytest.mark.parametrize("K", [200, 256])
+def test_two_level_state_pass_refuses_keys_wider_than_128(K):
+    """NOTES.md, "Shared memory at K = 256": more than one segment is refused for K > 128 (on the Triton
+    path; the reference has no segments), one segment is one sweep and runs."""
+    a = valid()
+    q = jnp.zeros((B, T, H, K), jnp.float32)
+    wide = {**a, "q": q, "k": q, "g": q, "initial_state": None}
+    with raises("tuning", "segments=2", str((B, T, H, K))):
+        workbench.chunk_kda(**wide, tuning=Tuning(segments=2))
+    jax.eval_shape(lambda: workbench.chunk_kda(**wide, tuning=Tuning(segments=1)))
+    jax.eval_shape(lambda: workbench.chunk_kda(**wide, tuning=Tuning(segments=2), implementation="reference"))
 
 
 def test_unknown_wy_variant_raises():

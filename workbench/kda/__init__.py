@@ -66,7 +66,8 @@ class Tuning:
     segments: (chunk_kda) the two-level state pass (NOTES.md, kda.18): both state sweeps cut every sequence
         into this many segments, each swept from zero beside the identity, the true entering states
         carried across them, then each swept again from its own; 1 is one sweep per sequence; None
-        (default): `state_segments` from the sequences × heads in flight and the GPU's SM count.
+        (default): `state_segments` from the sequences × heads in flight and the GPU's SM count, and one
+        sweep for K > 128 (more than 1 there is a ValueError: NOTES.md, "Shared memory at K = 256").
     """
 
     backward: Literal["triton", "reference"] = "triton"
@@ -173,6 +174,7 @@ def chunk_kda(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=No
     impl = _checks.implementation_name(implementation)
     _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, impl)
     _chunk_size(chunk_size, q)
+    _segments(tuning, q, impl)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     static = _Static(scale=scale, chunk_size=chunk_size, tuning=tuning or Tuning())
     body = functools.partial(_chunk_kda, static=static, impl=impl)
@@ -180,6 +182,16 @@ def chunk_kda(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=No
                                               cu_seqlens=cu_seqlens),
                       linear_dims(cu_seqlens is not None), linear_out_dims(cu_seqlens is not None),
                       hint=SEQUENCE_HINT)
+
+
+def _segments(tuning: Tuning | None, q, impl: str) -> None:
+    """(kda.18) The two-level state pass needs K ≤ WIDE_KEYS: its state pass multiplies [K, K] float32
+    transfer matrices, which at K = 256 ask 576 KiB of shared memory (a GPU block has 227 KiB)."""
+    n = None if tuning is None else tuning.segments
+    if impl == "triton" and n is not None and n > 1 and q.shape[-1] > tl_chunked.WIDE_KEYS:
+        raise ValueError(f"tuning: Tuning.segments={n} (the two-level state pass) needs K ≤ {tl_chunked.WIDE_KEYS}: "
+                         f"its [K, K] float32 transfer matrices outgrow a GPU's shared memory; got q "
+                         f"{tuple(q.shape)} (K = {q.shape[-1]}); use segments=None or 1 (one sweep per sequence)")
 
 
 def _chunk_kda(q, k, v, g, beta, initial_state, cu_seqlens, *, static: _Static, impl: str = "triton"):
@@ -250,8 +262,9 @@ def _state_sweep(q, k, khat, w, u, do, b, Aqk, init, cu, bounds, static: _Static
     state = lambda n, dt=f32, cols=V: jax.ShapeDtypeStruct((n, H, K, cols), dt)  # noqa: E731
     rows_v = jax.ShapeDtypeStruct((TT, H, V), values.dtype)
     n_seg = static.tuning.segments
-    if n_seg is None:
-        n_seg = state_segments(N * H, triton.cdiv(TT, static.chunk_size), sm_count())
+    if n_seg is None:  # one sweep for wide keys: the pass's [K, K] transfer matrices outgrow shared memory
+        n_seg = 1 if K > tl_chunked.WIDE_KEYS else state_segments(N * H, triton.cdiv(TT, static.chunk_size),
+                                                                     sm_count())
     common = dict(H=H, K=K, V=V, BT=static.chunk_size, BK=BK, F32_DOT=_f32_dot(w))
     if n_seg == 1:
         grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H)  # noqa: E731

@@ -24,7 +24,7 @@ from .steps import khat_decay, load_matrix, tile_rows
 
 
 def _sweep_configs():
-    """The backward sweeps' configs: 2 stages, and 1 for keys wider than WIDE_KEYS (`sweep_stages`)."""
+    """The backward sweep's configs: 2 stages, and 1 for keys wider than WIDE_KEYS (`sweep_stages`)."""
     return block_configs("BV", (16, 32, 64), stages=(2, 1))
 
 
@@ -133,8 +133,8 @@ def _columns(i_v, BV: tl.constexpr, V: tl.constexpr, K: tl.constexpr):
     return o_c, o_c < V, (o_c >= V) & (o_c < V + K)
 
 
-@triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT", "NSEG", "REVERSE"],
-                 prune_configs_by={"early_config_prune": sweep_stages(_prune_values, "w")})
+@triton.autotune(configs=block_configs("BV", (16, 32, 64)), key=["H", "K", "V", "BT", "NSEG", "REVERSE"],
+                 prune_configs_by={"early_config_prune": _prune_values})
 @triton.jit
 def chunk_kda_segment_kernel(q, k, khat, w, u, do, b, Aqk, cu_seqlens, bounds,  # inputs (forward: khat, w, u, b)
                              ends, trans,  # outputs: E_j [N·NSEG, H, K, V], P_j [N·NSEG, H, K, K]
@@ -159,8 +159,8 @@ def chunk_kda_segment_kernel(q, k, khat, w, u, do, b, Aqk, cu_seqlens, bounds,  
     tl.store(trans + i_row * K * K + o_k[:, None] * K + (o_c - V)[None, :], b_h, mask=m_k[:, None] & m_p[None, :])
 
 
-@triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT", "NSEG", "REVERSE"],
-                 prune_configs_by={"early_config_prune": sweep_stages(_prune_values, "w")})
+@triton.autotune(configs=block_configs("BV", (16, 32, 64)), key=["H", "K", "V", "BT", "NSEG", "REVERSE"],
+                 prune_configs_by={"early_config_prune": _prune_values})
 @triton.jit
 def chunk_kda_resweep_kernel(q, k, khat, w, u, do, b, Aqk, starts, cu_seqlens, bounds,  # inputs
                              states, delta,  # outputs: hs (dH with REVERSE) [NS, H, K, V]; δ (dδ) [TT, H, V]
