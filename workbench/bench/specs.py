@@ -129,7 +129,7 @@ def _chunk_kda_bench() -> OpBench:
             "target": (dict(B=8, T=4096, H=16, K=128, V=128),),  # the KDA issue's target
             "sweep": tuple(dict(B=1, T=2 ** e, H=16, K=128, V=128) for e in range(10, 17)),  # 1k … 64k
             "off_table": (dict(B=8, T=3000, H=12, K=128, V=128),),  # no table entry: served by the nearest (H 16)
-            # the widest heads: the backward sweeps run in one pipeline stage (kda/NOTES.md), one sweep and segments
+            # the widest heads: one state sweep per sequence, its backward in one pipeline stage (kda/NOTES.md)
             "wide": (dict(B=2, T=4096, H=16, K=256, V=256), dict(B=1, T=16384, H=16, K=256, V=256)),
             "tiny": (dict(B=1, T=40, H=2, K=16, V=16),),
         },
