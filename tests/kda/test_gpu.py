@@ -88,6 +88,20 @@ def test_compiled_fused_and_unfused_agree(unfused):
         assert gap < 1e-2, f"{n}: fused vs unfused {unfused} RMS-relative gap {gap:.2e}"
 
 
+def _packed_within_budget(inputs, cts, cu, tuning):
+    """chunk_kda on packed sequences with `tuning`: output, final state and every gradient against the
+    float64 oracle, each within 1.5× the chunk reference's error in the same dtype."""
+    with jax.default_matmul_precision("highest"):
+        oracle = _run(recurrent_kda_ref, to_float64(inputs), to_float64(cts), cu_seqlens=cu)
+        kernel = _run(workbench.chunk_kda, inputs, cts, cu_seqlens=cu, tuning=tuning)
+        reference = _run(workbench.chunk_kda, inputs, cts, cu_seqlens=cu, implementation="reference")
+    rows = [compare("o", kernel[0][0], reference[0][0], oracle[0][0]),
+            compare("final_state", kernel[0][1], reference[0][1], oracle[0][1])]
+    rows += [compare("d" + n, kernel[1][n], reference[1][n], oracle[1][n]) for n in kernel[1]]
+    print("\n".join(map(str, rows)))
+    assert_within_budget(rows)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
 def test_compiled_two_level_state_pass_within_budget(dtype):
     """(kda.18) compiled on the target's head size (the segment sweep's state is [128, 256]): one long
@@ -96,15 +110,7 @@ def test_compiled_two_level_state_pass_within_budget(dtype):
     cu = jnp.array([0, 5, 5, 700, 800, 1024], jnp.int32)
     inputs = kda_inputs(9, 1, 1024, 2, 128, 128, dtype=dtype, n_seqs=5)
     cts = _cotangents(10, 1, 1024, 2, 128, 128, 5, dtype)
-    with jax.default_matmul_precision("highest"):
-        oracle = _run(recurrent_kda_ref, to_float64(inputs), to_float64(cts), cu_seqlens=cu)
-        kernel = _run(workbench.chunk_kda, inputs, cts, cu_seqlens=cu, tuning=Tuning(segments=4))
-        reference = _run(workbench.chunk_kda, inputs, cts, cu_seqlens=cu, implementation="reference")
-    rows = [compare("o", kernel[0][0], reference[0][0], oracle[0][0]),
-            compare("final_state", kernel[0][1], reference[0][1], oracle[0][1])]
-    rows += [compare("d" + n, kernel[1][n], reference[1][n], oracle[1][n]) for n in kernel[1]]
-    print("\n".join(map(str, rows)))
-    assert_within_budget(rows)
+    _packed_within_budget(inputs, cts, cu, Tuning(segments=4))
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
@@ -118,15 +124,7 @@ def test_compiled_backward_at_256_keys_within_budget(dtype):
     cu = jnp.array([0, 3, 3, 400, 640], jnp.int32)
     inputs = kda_inputs(11, B, T, H, K, V, dtype=dtype, n_seqs=4)
     cts = _cotangents(12, B, T, H, K, V, 4, dtype)
-    with jax.default_matmul_precision("highest"):
-        oracle = _run(recurrent_kda_ref, to_float64(inputs), to_float64(cts), cu_seqlens=cu)
-        kernel = _run(workbench.chunk_kda, inputs, cts, cu_seqlens=cu, tuning=Tuning(segments=1))
-        reference = _run(workbench.chunk_kda, inputs, cts, cu_seqlens=cu, implementation="reference")
-    rows = [compare("o", kernel[0][0], reference[0][0], oracle[0][0]),
-            compare("final_state", kernel[0][1], reference[0][1], oracle[0][1])]
-    rows += [compare("d" + n, kernel[1][n], reference[1][n], oracle[1][n]) for n in kernel[1]]
-    print("\n".join(map(str, rows)))
-    assert_within_budget(rows)
+    _packed_within_budget(inputs, cts, cu, Tuning(segments=1))
 
 
 def test_compiled_target_shape_bf16_is_finite_and_matches_recurrent():
