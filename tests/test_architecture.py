@@ -18,7 +18,7 @@ FLOORS = [
     ("base", ["workbench._backend", "workbench._precision", "workbench._checks", "workbench._sharding",
               "workbench.tl_helpers"]),
     ("bounds", ["workbench._bounds"]),
-    ("launcher", ["workbench.launch", "workbench.autotune", "workbench.kernel_hash", "workbench.tuning_table",
+    ("launcher", ["workbench.launch", "workbench.autotune", "workbench.device_time", "workbench.kernel_hash", "workbench.tuning_table",
                   "workbench.compile_check", "workbench.tl_chunked"]),
     ("toolkit", ["workbench.testing", "workbench.strategies", "workbench.plots"]),
     ("families", ["workbench.recurrent", "workbench.chunk_gla", "workbench.kda", "workbench.flash_attention",

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import triton
 
-from workbench import _bounds, autotune, launch
+from workbench import _bounds, autotune, device_time, launch
 from workbench.recurrent import kernels as recurrent_kernels
 
 AUTOTUNE_PY = Path(autotune.__file__)
@@ -296,7 +296,7 @@ class HostCalls:
 def test_a_chain_launches_every_copy_once_per_run_and_returns_the_last(n):
     floating, integer = jnp.linspace(-1, 1, 128, dtype=jnp.bfloat16).reshape(16, 8), jnp.arange(4, dtype=jnp.int32)
     run = HostCalls(floating, integer)
-    program, arrays = autotune.chained(run, [integer, floating, 5], n)
+    program, arrays = device_time.chained(run, [integer, floating, 5], n)
     assert len(arrays) == 2  # the scalar stays a Python value
     out = jax.block_until_ready(program(arrays))
     assert run.calls == n  # XLA merged no copy and dropped none
@@ -310,26 +310,26 @@ def test_a_chain_launches_every_copy_once_per_run_and_returns_the_last(n):
 
 def test_a_chain_needs_a_floating_input():
     integer = jnp.arange(4, dtype=jnp.int32)
-    assert autotune.chained(lambda xs: xs[0] + 1, [integer], 3) is None
+    assert device_time.chained(lambda xs: xs[0] + 1, [integer], 3) is None
 
 
 @pytest.mark.parametrize("chain_ms, chained", [(1e6, True), (0.0, False)])
 def test_a_call_shorter_than_chain_ms_is_timed_as_a_chain_in_one_program(monkeypatch, chain_ms, chained):
-    monkeypatch.setattr(autotune, "CHAIN_MS", chain_ms)
-    monkeypatch.setattr(autotune, "MAX_CHAIN", 4)
+    monkeypatch.setattr(device_time, "CHAIN_MS", chain_ms)
+    monkeypatch.setattr(device_time, "MAX_CHAIN", 4)
     floating, integer = jnp.ones((16, 8), jnp.float32), jnp.arange(4, dtype=jnp.int32)
     run = HostCalls(floating, integer)
 
     @jax.jit
     def caller(x):  # as `autotune.call` times: while the caller's function is traced
         with jax.ensure_compile_time_eval():
-            ms = autotune.time_on_device(run, [integer, floating, 5])
+            ms = device_time.time_on_device(run, [integer, floating, 5])
         assert math.isfinite(ms) and ms > 0
         return x + 1
 
     caller(1.0)
-    eager = 1 + autotune.SAMPLES * autotune.REPS
-    assert run.calls == eager + (4 * (1 + autotune.SAMPLES) if chained else 0)
+    eager = 1 + device_time.SAMPLES * device_time.REPS
+    assert run.calls == eager + (4 * (1 + device_time.SAMPLES) if chained else 0)
 
 
 def test_a_corrupt_entry_is_tuned_again_and_replaced(tmp_path):

@@ -21,7 +21,7 @@ autotuned kernel (`launch.triton_call`, GPU branch):
    kernel on the same GPU kind (`tuning_table`: nothing is timed), else *tuned ahead*: while the
    caller's function is traced, every candidate runs eagerly on synthesized inputs of the same shapes
    and dtypes (floats uniform in [-0.1, 0]: log-decay gates stay ≤ 0 and nothing overflows) and is timed
-   (`time_on_device`: a call shorter than CHAIN_MS as a chain of copies in one program, not as eager
+   (`workbench.device_time`: a call shorter than 2 ms as a chain of copies in one program, not as eager
    calls the host's dispatch would pace); the fastest is stored. Integer arrays (sequence bounds,
    chunk-slot tables, seeds) cannot be made up: a kernel would read out of bounds. They are used when
    concrete, or taken from the caller's stand-ins (`triton_call(..., tune_inputs={name: array})`);
@@ -71,8 +71,6 @@ CACHE_VAR = "WORKBENCH_CACHE_DIR"
 MODES = ("table", "on", "off", "refresh")
 TABLE_VAR = "WORKBENCH_TUNING_TABLE"  # a folder of table files to read instead of the package's (tests, a new table)
 FORMAT = 1  # of the files; part of every key, so a new layout never reads an old file
-SAMPLES, REPS = 3, 5  # a config's time: the best of SAMPLES means of REPS calls issued back to back
-CHAIN_MS, MAX_CHAIN = 2.0, 64  # shorter calls are timed chained in one program (`time_on_device`)
 
 STATS: collections.Counter = collections.Counter()
 """What this process did: configs `chosen_only` (one candidate), `chosen_memory`, `chosen_disk`,
@@ -496,81 +494,6 @@ def tuning_inputs(args: Sequence[Any], arg_names: Sequence[str], tune_inputs: Ma
     return (None if missing else out), missing
 
 
-def time_on_device(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any]) -> float:
-    """ms of the device's work per call of `run(inputs)`.
-
-    The first call compiles (and raises for a config that cannot launch). Then the best of SAMPLES means
-    of REPS eager calls issued back to back before one wait for the device: the device's time when a
-    call outlasts the host's dispatch of the next one. A call shorter than CHAIN_MS may not (at
-    B = 1 and short sequences a kernel takes tens of µs, the eager dispatch about as long: every
-    candidate would time the host). Such a call is *chained*: `chained(run, inputs, n)`, n copies of it
-    in one jitted program with n = ⌈CHAIN_MS / eager ms⌉ (at most MAX_CHAIN), one dispatch for all;
-    its time is the best of SAMPLES runs of that program over n.
-    """
-    import jax
-
-    jax.block_until_ready(run(inputs))
-    eager = math.inf
-    for _ in range(SAMPLES):
-        t0 = time.perf_counter()
-        for _ in range(REPS):
-            out = run(inputs)
-        jax.block_until_ready(out)
-        eager = min(eager, (time.perf_counter() - t0) * 1e3 / REPS)
-    if eager >= CHAIN_MS:
-        return eager
-    n = min(MAX_CHAIN, math.ceil(CHAIN_MS / max(eager, 1e-3)))
-    made = chained(run, inputs, n)
-    if made is None:
-        return eager
-    program, arrays = made
-    jax.block_until_ready(program(arrays))
-    best = math.inf
-    for _ in range(SAMPLES):
-        t0 = time.perf_counter()
-        jax.block_until_ready(program(arrays))
-        best = min(best, (time.perf_counter() - t0) * 1e3 / n)
-    return best
-
-
-def chained(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any], n: int):
-    """(jitted program, its arguments): `run(inputs)` n times in a row in one program, or None when no
-    input is a non-empty floating array.
-
-    XLA sees a launch as a pure function of its operands: n copies of one call on the same inputs would
-    be merged into one (an optimization barrier does not stop it; it is expanded away first), and a
-    copy whose outputs go unused removed. So before each copy after the first, one element of the first
-    floating input is rewritten in place (`dynamic_update_slice`) with itself plus 0 × one element of
-    the previous copy's first output: every copy has its own operand and needs the one before, at the
-    cost of a one-element update between launches. The program returns the last copy's outputs. Inputs
-    that are not arrays (scalars) stay Python values, as `run` was given them."""
-    import jax
-    import jax.numpy as jnp
-
-    where = [i for i, x in enumerate(inputs) if is_array(x)]
-    carrier = next((j for j, i in enumerate(where)
-                    if jnp.issubdtype(inputs[i].dtype, jnp.floating) and math.prod(inputs[i].shape) > 0), None)
-    if carrier is None:
-        return None
-
-    def program(arrays):
-        arrays, xs = list(arrays), list(inputs)
-        out = None
-        for step in range(n):
-            if step:
-                a = arrays[carrier]
-                corner = (0,) * a.ndim
-                link = jnp.ravel(jax.tree.leaves(out)[0])[:1].astype(a.dtype).reshape((1,) * a.ndim)
-                first = jax.lax.slice(a, corner, (1,) * a.ndim)
-                arrays[carrier] = jax.lax.dynamic_update_slice(a, first + 0 * link, corner)
-            for i, x in zip(where, arrays):
-                xs[i] = x
-            out = run(xs)
-        return out
-
-    return jax.jit(program), [inputs[i] for i in where]
-
-
 _WARNED: set[str] = set()
 
 
@@ -581,8 +504,8 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
     """`launch.triton_call`'s GPU branch: jax-triton, with configs chosen here (module docstring).
 
     launch: jax-triton's `triton_call` (default; also installs the compiled-kernel cache); timer:
-    `timer(config, run)` → ms (`run()` launches the config once), default `time_on_device`; device: the
-    device kind in the key.
+    `timer(config, run)` → ms (`run()` launches the config once), default `device_time.time_on_device`;
+    device: the device kind in the key.
     Tests pass stubs for all three.
     """
     from triton.runtime.autotuner import Autotuner
@@ -633,6 +556,8 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
                 def time_config(config):
                     if timer is not None:
                         return timer(config, lambda: launch_with(config, inputs))
+                    from .device_time import time_on_device  # here: tests load this file alone, with stub timers
+
                     return time_on_device(lambda xs: launch_with(config, xs), inputs)
 
                 choice = book.tune(p.key, p.candidates, time_config)

@@ -1,0 +1,87 @@
+"""A launch's time on the device, for the autotuner (`workbench.autotune`): eager calls back to back, and
+calls too short for that timed as a chain of copies in one jitted program (docs/autotune.md, "Choice")."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+SAMPLES, REPS = 3, 5  # a config's time: the best of SAMPLES means of REPS calls issued back to back
+CHAIN_MS, MAX_CHAIN = 2.0, 64  # shorter calls are timed chained in one program
+
+
+def time_on_device(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any]) -> float:
+    """ms of the device's work per call of `run(inputs)`.
+
+    The first call compiles (and raises for a config that cannot launch). Then the best of SAMPLES means
+    of REPS eager calls issued back to back before one wait for the device: the device's time when a
+    call outlasts the host's dispatch of the next one. A call shorter than CHAIN_MS may not (at
+    B = 1 and short sequences a kernel takes tens of µs, the eager dispatch about as long: every
+    candidate would time the host). Such a call is *chained*: `chained(run, inputs, n)`, n copies of it
+    in one jitted program with n = ⌈CHAIN_MS / eager ms⌉ (at most MAX_CHAIN), one dispatch for all;
+    its time is the best of SAMPLES runs of that program over n.
+    """
+    import jax
+
+    jax.block_until_ready(run(inputs))
+    eager = math.inf
+    for _ in range(SAMPLES):
+        t0 = time.perf_counter()
+        for _ in range(REPS):
+            out = run(inputs)
+        jax.block_until_ready(out)
+        eager = min(eager, (time.perf_counter() - t0) * 1e3 / REPS)
+    if eager >= CHAIN_MS:
+        return eager
+    n = min(MAX_CHAIN, math.ceil(CHAIN_MS / max(eager, 1e-3)))
+    made = chained(run, inputs, n)
+    if made is None:
+        return eager
+    program, arrays = made
+    jax.block_until_ready(program(arrays))
+    best = math.inf
+    for _ in range(SAMPLES):
+        t0 = time.perf_counter()
+        jax.block_until_ready(program(arrays))
+        best = min(best, (time.perf_counter() - t0) * 1e3 / n)
+    return best
+
+
+def chained(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any], n: int):
+    """(jitted program, its arguments): `run(inputs)` n times in a row in one program, or None when no
+    input is a non-empty floating array.
+
+    XLA sees a launch as a pure function of its operands: n copies of one call on the same inputs would
+    be merged into one (an optimization barrier does not stop it; it is expanded away first), and a
+    copy whose outputs go unused removed. So before each copy after the first, one element of the first
+    floating input is rewritten in place (`dynamic_update_slice`) with itself plus 0 × one element of
+    the previous copy's first output: every copy has its own operand and needs the one before, at the
+    cost of a one-element update between launches. The program returns the last copy's outputs. Inputs
+    that are not arrays (scalars) stay Python values, as `run` was given them."""
+    import jax
+    import jax.numpy as jnp
+
+    where = [i for i, x in enumerate(inputs) if isinstance(x, jax.Array)]
+    carrier = next((j for j, i in enumerate(where)
+                    if jnp.issubdtype(inputs[i].dtype, jnp.floating) and math.prod(inputs[i].shape) > 0), None)
+    if carrier is None:
+        return None
+
+    def program(arrays):
+        arrays, xs = list(arrays), list(inputs)
+        out = None
+        for step in range(n):
+            if step:
+                a = arrays[carrier]
+                corner = (0,) * a.ndim
+                link = jnp.ravel(jax.tree.leaves(out)[0])[:1].astype(a.dtype).reshape((1,) * a.ndim)
+                first = jax.lax.slice(a, corner, (1,) * a.ndim)
+                arrays[carrier] = jax.lax.dynamic_update_slice(a, first + 0 * link, corner)
+            for i, x in zip(where, arrays):
+                xs[i] = x
+            out = run(xs)
+        return out
+
+    return jax.jit(program), [inputs[i] for i in where]
