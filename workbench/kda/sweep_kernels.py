@@ -23,11 +23,6 @@ from ..tl_helpers import exp_e
 from .steps import khat_decay, load_matrix, tile_rows
 
 
-def _sweep_configs():
-    """The backward sweep's configs: 2 stages, and 1 for keys wider than WIDE_KEYS (`sweep_stages`)."""
-    return block_configs("BV", (16, 32, 64), stages=(2, 1))
-
-
 @triton.autotune(configs=block_configs("BV", (16, 32, 64)), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": prune_blocks("BV", "u")})
 @triton.jit
@@ -65,7 +60,8 @@ def _kda_h_step(b_h, b_u, khat, w, b, rows, m_t, end, i_h, o_k, m_k, H: tl.const
     return b_h * exp_e(b_bL)[:, None] + tl.dot(tl.trans(b_khat), b_delta, input_precision=F32_DOT), b_delta
 
 
-@triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT"],
+# 2 stages, and 1 for keys wider than WIDE_KEYS (`sweep_stages`: the pipelined state sweep outgrows shared memory)
+@triton.autotune(configs=block_configs("BV", (16, 32, 64), stages=(2, 1)), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": sweep_stages(prune_blocks("BV", "do"), "w")})
 @triton.jit
 def chunk_kda_dh_kernel(q, k, w, b, Aqk, do, dht, cu_seqlens, bounds,  # inputs
