@@ -14,9 +14,9 @@ import workbench
 from workbench import bench, cli, launch
 
 RECORD_KEYS = {"op", "harness", "command", "interpreted", "date", "device", "versions", "git", "shape_set",
-               "shapes", "tokens", "dtype", "iters", "warmup", "implementations", "peers", "limits", "error_sources",
+               "shapes", "tokens", "dtype", "iters", "reps", "timer", "warmup", "implementations", "peers", "limits", "error_sources",
                "skipped", "results", "errors_from", "complete"}
-RESULT_KEYS = {"shape", "implementation", "kind", "pass", "ms", "bytes", "gb_per_s", "fraction_of_peak",
+RESULT_KEYS = {"shape", "implementation", "kind", "pass", "ms", "timer", "chain", "bytes", "gb_per_s", "fraction_of_peak",
                "ratio_to_best_peer", "error_source", "errors", "status"}
 
 
@@ -186,6 +186,95 @@ def test_no_variants_times_the_triton_path_alone(tmp_path, monkeypatch, no_fla, 
     assert list(bench.chosen_variants("recurrent", ["once more", "again"])) == ["once more", "again"]
     with pytest.raises(ValueError, match="--variants: recurrent has no variant 'twice'"):
         bench.run("recurrent", "tiny", iters=1, implementations=("triton",), variants=["twice"])
+
+
+# ----------------------------------------------------------------------------- --timer chained
+
+
+class _Clock:
+    """`timing.time` for a test: a clock that moves only when a fake call says it took so long."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+    def spend(self, ms):
+        self.now += ms / 1e3
+
+
+def test_a_chain_times_the_device_per_copy_where_calls_time_the_host(monkeypatch):
+    """A pass whose device work (0.25 ms) is shorter than the host's dispatch (0.5 ms): timed by calls it
+    measures the host; chained, n = ⌈CHAIN_MS / 0.75⌉ = 3 copies share one dispatch, so the time per copy
+    comes down to 0.25 + 0.5 / 3. The plain call's result is what the row is checked with."""
+    from workbench import device_time
+    from workbench.bench import timing
+
+    clock = _Clock()
+    monkeypatch.setattr(timing, "time", clock)
+    monkeypatch.setattr(device_time, "CHAIN_MS", 2.0)
+    asked = []
+
+    def plain():
+        clock.spend(0.5 + 0.25)
+        return "plain"
+
+    def chain(n):
+        asked.append(n)
+        return lambda: clock.spend(0.5 + 0.25 * n) or "chained"
+
+    calls_ms, _ = bench.time_ms(plain, lambda out: None, iters=4, reps=2)
+    ms, out, n = bench.time_chained_ms(chain, plain, lambda out: None, iters=4, reps=2)
+    assert calls_ms["median"] == pytest.approx(0.75)
+    assert (n, asked, out) == (3, [3], "plain")
+    assert ms["median"] == ms["min"] == ms["p90"] == pytest.approx(0.25 + 0.5 / 3)
+    monkeypatch.setattr(device_time, "MAX_CHAIN", 2)  # the cap
+    assert bench.time_chained_ms(chain, plain, lambda out: None, iters=1)[2] == 2
+    monkeypatch.setattr(device_time, "CHAIN_MS", 0.1)  # a call longer than CHAIN_MS: one copy
+    assert bench.time_chained_ms(chain, plain, lambda out: None, iters=1)[2] == 1
+
+
+def test_timer_chained_runs_every_row_as_a_chain_of_checked_copies(tmp_path, monkeypatch, no_fla, no_ejkernel):
+    """End to end in the interpreter: every row says it was chained and how long the chain was, one chain was
+    made per row (that its n copies each run once is tests/test_autotune.py's chain test), rows still pass
+    their error check, and an unknown timer is refused."""
+    from workbench import device_time
+
+    monkeypatch.setattr(device_time, "CHAIN_MS", 1e9)
+    monkeypatch.setattr(device_time, "MAX_CHAIN", 2)
+    made = []
+    chained = device_time.chained
+    monkeypatch.setattr(device_time, "chained", lambda run, inputs, n: made.append(n) or chained(run, inputs, n))
+    assert _bench(tmp_path, "--timer", "chained") == 0
+    (path,) = _records(tmp_path)
+    record = json.loads(path.read_text())
+    assert record["timer"] == "chained"
+    assert {(r["implementation"], r["pass"], r["timer"], r["chain"], r["status"]) for r in record["results"]} == {
+        (impl, p, "chained", 2, "ok") for impl in ("triton", "reference") for p in ("forward", "forward_backward")}
+    assert made == [2] * 4
+    with pytest.raises(ValueError, match="--timer: expected calls or chained, got 'host'"):
+        bench.run("recurrent", "tiny", iters=1, timer="host")
+
+
+def test_ratios_compare_rows_with_peers_timed_the_same_way():
+    """Under --timer chained a torch peer is still timed by calls: the kernel's ratio is to the best peer
+    timed as it was, never across timers."""
+    from workbench.bench.harness import _finish
+
+    op = bench.OPS["recurrent"]
+    same = [jax.numpy.ones(3)]
+
+    def row(name, kind, ms, timer):
+        return {"shape": {"T": 16}, "implementation": name, "kind": kind, "pass": "forward", "ms": {"median": ms},
+                "timer": timer, "chain": None if timer == "calls" else 4, "bytes": 1.0, "flops": None, "_got": same}
+
+    rows = [row("triton", "kernel", 1.0, "chained"), row("torch peer", "peer", 0.5, "calls"),
+            row("jax peer", "peer", 2.0, "chained"), row("slow torch peer", "peer", 0.8, "calls")]
+    done = _finish(rows, {"reference": {"forward": same}}, "reference", op, 1e-3,
+                   {"peak_bytes_per_s": None})
+    ratio = {r["implementation"]: r["ratio_to_best_peer"] for r in done}
+    assert ratio == {"triton": 0.5, "torch peer": 1.0, "jax peer": 1.0, "slow torch peer": pytest.approx(1.6)}
 
 
 # ----------------------------------------------------------------------------- sequence-length limits

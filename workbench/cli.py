@@ -87,6 +87,11 @@ def _bench_parser(subparsers) -> None:
     p.add_argument("--reps", type=int, default=1, metavar="R",
                    help="calls per sample, issued back to back before one wait for the device (default 1: "
                         "every call pays the launch and sync latency)")
+    p.add_argument("--timer", choices=bench.TIMERS, default="calls",
+                   help="calls (default): a sample is R calls of a pass's jitted program; chained: R calls of one "
+                        "program that runs the pass n times in a row (n from its time: chains up to 2 ms), per "
+                        "copy: the device's time for programs too short to hide the host's dispatch (torch peers "
+                        "are timed by calls either way; the record says which row was timed how)")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help=f"record directory (default {bench.DEFAULT_OUT}; with --first-call {bench.FIRST_CALL_OUT})")
     p.add_argument("--errors-from", choices=("reference", "peers"), default="reference",
@@ -129,7 +134,7 @@ def _bench(args: argparse.Namespace, command: str) -> int:
                 [v.strip() for v in args.variants.split(",") if v.strip()] if args.variants else True)
     return _recorded(args.op, out, lambda stamp: bench.run(
         args.op, args.shapes, iters=args.iters, reps=args.reps, implementations=implementations, peers=args.peers,
-        command=command, tokens=args.T, errors_from=args.errors_from, variants=variants,
+        command=command, tokens=args.T, errors_from=args.errors_from, variants=variants, timer=args.timer,
         progress=lambda partial: bench.write_partial(partial, out, stamp)), bench.table)
 
 

@@ -9,7 +9,8 @@ For every shape the harness times
     reference  the pure-JAX reference under `jax.jit`;
 
 in that order, so a run cut short keeps the figures that matter most. Each (shape, implementation, pass)
-gets the median, min and p90 of `iters` timed samples after the warm-up calls (`timing.py`), an achieved
+gets the median, min and p90 of `iters` timed samples after the warm-up calls (`timing.py`; with
+`--timer chained`, of a program that runs the pass n times, per copy), an achieved
 bandwidth from an estimate of the bytes read and written once, its fraction of the device's peak when
 known, the ratio to the best peer measured in the same run, and its error against the reference's output
 on the same inputs (max |Δ| and RMS relative, per output and gradient). An implementation whose
@@ -41,7 +42,7 @@ from .peers import import_peer
 from .records import Refused
 from .spec import OpBench, Peer, PeerCalls
 from .specs import OPS
-from .timing import WARMUP, jax_calls, say, time_ms
+from .timing import TIMERS, WARMUP, jax_calls, say, time_chained_ms, time_ms
 
 IMPLEMENTATIONS = ("triton", "reference")
 WRONG_RMS_REL = {"bfloat16": 5e-2, "float16": 2e-2, "float32": 1e-3}
@@ -51,7 +52,7 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
         implementations: Sequence[str] = IMPLEMENTATIONS, peers: bool = False, command: str = "",
         shapes: Sequence[Mapping[str, int]] | None = None, tokens: Sequence[int] | None = None,
         errors_from: str = "reference", progress: Callable[[dict[str, Any]], None] | None = None,
-        variants: bool | Sequence[str] = True) -> dict[str, Any]:
+        variants: bool | Sequence[str] = True, timer: str = "calls") -> dict[str, Any]:
     """Time `op_name` over a shape set (or explicit `shapes`) and return the record (not written).
 
     tokens: only the shapes with these sequence lengths T (a long sweep in parts; recorded).
@@ -60,13 +61,18 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
     errors_from: "reference" (the JAX reference's outputs, computed even when it is not timed) or
       "peers" (the op's `error_sources` measured in the same run; the reference is then not run at
       all unless timed: at large shapes its XLA compile can take minutes).
+    timer: "calls" (each sample `reps` calls back to back) or "chained" (each sample `reps` calls of one
+      program that runs the pass n times in a row, divided by n: the device's time where a call is too
+      short to hide the host's dispatch; `timing.time_chained_ms`). A contender that is not one JAX
+      program (a torch peer) is timed by calls in both; every row records its timer and n ("chain"), and
+      its ratio is to the best peer timed the same way.
     progress: called with the record so far ("complete": False) after every timed contender, so a run
       cut short by a time limit still leaves what it measured (`workbench bench` writes it).
     """
     op = OPS[op_name] if op_name in OPS else _unknown_op(op_name)
     shapes = _shapes(op_name, op, shape_set, shapes, tokens)
-    _check_options(op_name, op, shape_set, implementations, iters, reps, errors_from)
-    bench = _Run(op_name, op, shape_set, shapes, tokens, iters, reps, implementations, errors_from, command,
+    _check_options(op_name, op, shape_set, implementations, iters, reps, errors_from, timer)
+    bench = _Run(op_name, op, shape_set, shapes, tokens, iters, reps, implementations, errors_from, command, timer,
                  timed_variants=chosen_variants(op_name, variants) if "triton" in implementations else {})
     bench.load_peers(op.peers if peers else ())
     for i, shape in enumerate(shapes):
@@ -122,7 +128,7 @@ def _shapes(op_name, op: OpBench, shape_set, shapes, tokens):
     return shapes
 
 
-def _check_options(op_name, op: OpBench, shape_set, implementations, iters, reps, errors_from) -> None:
+def _check_options(op_name, op: OpBench, shape_set, implementations, iters, reps, errors_from, timer) -> None:
     unknown = set(implementations) - set(IMPLEMENTATIONS)
     if unknown or not implementations:
         raise ValueError(f"--implementations: expected a comma list of {', '.join(IMPLEMENTATIONS)}, "
@@ -133,6 +139,8 @@ def _check_options(op_name, op: OpBench, shape_set, implementations, iters, reps
         raise ValueError(f"--reps: must be ≥ 1, got {reps}")
     if errors_from not in ("reference", "peers"):
         raise ValueError(f"--errors-from: expected reference or peers, got {errors_from!r}")
+    if timer not in TIMERS:
+        raise ValueError(f"--timer: expected {' or '.join(TIMERS)}, got {timer!r}")
     if launch.INTERPRET and shape_set not in op.cpu_shape_sets:
         raise Refused(f"no CUDA GPU: Triton runs in its interpreter here, where shape set {shape_set!r} of "
                       f"{op_name} would take hours and time nothing; use --shapes "
@@ -164,6 +172,7 @@ class _Run:
     implementations: Sequence[str]
     errors_from: str
     command: str
+    timer: str
     timed_variants: Mapping[str, Mapping[str, Any]]
     warmup: int = 1 if launch.INTERPRET else WARMUP  # the interpreter neither compiles nor autotunes
     device: dict[str, Any] = dataclasses.field(default_factory=device_info)
@@ -240,8 +249,8 @@ class _Run:
             return
         try:
             calls = make()
-            fwd_ms, fwd_out = time_ms(calls.forward, calls.block, self.iters, self.warmup, self.reps)
-            fb_ms, fb_out = time_ms(calls.forward_backward, calls.block, self.iters, self.warmup, self.reps)
+            (fwd_ms, fwd_out, fwd_n), (fb_ms, fb_out, fb_n) = (self.time_pass(calls, p)
+                                                               for p in ("forward", "forward_backward"))
         except Exception as exc:
             if kind == "peer":
                 self.peer_status.append({"peer": name, "status": f"failed: {type(exc).__name__}: {exc}"[:500]})
@@ -255,13 +264,22 @@ class _Run:
         self.outputs_of[name] = got
         fwd_bytes, fwd_bwd_bytes = self.op.bytes(shape, jnp.dtype(self.op.dtype))
         flops = self.op.flops(shape) if self.op.flops is not None else (None, None)
-        for pass_, ms, nbytes, nflops in (("forward", fwd_ms, fwd_bytes, flops[0]),
-                                          ("forward_backward", fb_ms, fwd_bwd_bytes, flops[1])):
+        for pass_, ms, n, nbytes, nflops in (("forward", fwd_ms, fwd_n, fwd_bytes, flops[0]),
+                                             ("forward_backward", fb_ms, fb_n, fwd_bwd_bytes, flops[1])):
             self.shape_rows.append({"shape": dict(shape), "implementation": name, "kind": kind, "pass": pass_,
-                                    "ms": ms, "bytes": nbytes, "flops": nflops, "_got": got[pass_]})
+                                    "ms": ms, "timer": "calls" if n is None else "chained", "chain": n,
+                                    "bytes": nbytes, "flops": nflops, "_got": got[pass_]})
         if kind == "peer" and not any(p["peer"] == name for p in self.peer_status):
             self.peer_status.append({"peer": name, "status": "measured"})
         self.say(shape, name, f"forward {fwd_ms['median']:.3f} ms, forward+backward {fb_ms['median']:.3f} ms")
+
+    def time_pass(self, calls: PeerCalls, pass_: str):
+        """(ms, last result, chain length or None when timed by calls) of one pass."""
+        plain = getattr(calls, pass_)
+        if self.timer == "chained" and calls.chain is not None:
+            return time_chained_ms(lambda n: calls.chain(pass_, n), plain, calls.block, self.iters, self.warmup,
+                                   self.reps)
+        return (*time_ms(plain, calls.block, self.iters, self.warmup, self.reps), None)
 
     def finish_shape(self) -> None:
         self.results += _finish(self.shape_rows, self.outputs_of, self.errors_from, self.op,
@@ -282,7 +300,7 @@ class _Run:
             "autotune": {"mode": autotune.mode(), "stats": dict(autotune.STATS)},
             "shape_set": self.shape_set, "shapes": [dict(s) for s in self.shapes],
             "tokens": None if self.tokens is None else list(self.tokens),
-            "dtype": op.dtype, "iters": self.iters, "reps": self.reps,
+            "dtype": op.dtype, "iters": self.iters, "reps": self.reps, "timer": self.timer,
             "warmup": self.warmup, "implementations": list(self.implementations),
             "wrong_rms_rel": WRONG_RMS_REL[op.dtype], "variants": list(self.timed_variants),
             "peers": self.peer_status, "limits": {n: {"max_T": t, "why": why} for n, (t, why) in op.max_T.items()},
@@ -314,7 +332,8 @@ def _finish(shape_rows, outputs_of, errors_from, op, bound, device):
         done.append(row)
     for pass_ in ("forward", "forward_backward"):
         rows = [r for r in done if r["pass"] == pass_]
-        best = min((r["ms"]["median"] for r in rows if r["kind"] == "peer" and r["status"] == "ok"), default=None)
-        for r in rows:
+        for r in rows:  # against peers timed the same way
+            best = min((p["ms"]["median"] for p in rows
+                        if p["kind"] == "peer" and p["status"] == "ok" and p["timer"] == r["timer"]), default=None)
             r["ratio_to_best_peer"] = (r["ms"]["median"] / best if best and r["status"] == "ok" else None)
     return done

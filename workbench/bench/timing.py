@@ -1,4 +1,5 @@
-"""Timing one call on the device: warm-up, samples of back-to-back calls, median/min/p90; the op's calls as bench times them."""
+"""Timing one call on the device: warm-up, samples of back-to-back calls, median/min/p90, or of a chain of
+copies in one program (`--timer chained`); the op's calls as bench times them."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from typing import Any
 import jax
 import numpy as np
 
+from .. import device_time
 from .spec import OpBench, PeerCalls
 
 
 WARMUP = 2
+TIMERS = ("calls", "chained")
+ESTIMATE_ITERS = 3  # samples of the plain call that size a chain
 
 
 def time_ms(fn: Callable[[], Any], block: Callable[[Any], Any], iters: int,
@@ -41,13 +45,54 @@ def time_ms(fn: Callable[[], Any], block: Callable[[Any], Any], iters: int,
     return {"median": statistics.median(times), "min": times[0], "p90": p90}, out
 
 
+def time_chained_ms(chain: Callable[[int], Callable[[], Any]], plain: Callable[[], Any],
+                    block: Callable[[Any], Any], iters: int, warmup: int = WARMUP,
+                    reps: int = 1) -> tuple[dict[str, float], Any, int]:
+    """(median/min/p90 ms per copy, the plain call's last result, n): `time_ms` of a program that runs the
+    call n times in a row (`chain(n)`), divided by n.
+
+    A jitted program of a few tenths of a millisecond, called back to back, can be paced by the host (its
+    dispatch, argument handling and synchronisation) rather than the device; `--reps` hides that only
+    when one call outlasts the dispatch of the next. The chain is one dispatch for n calls: n =
+    ⌈device_time.CHAIN_MS / the plain call's best time⌉, at most device_time.MAX_CHAIN (1 for a call of
+    CHAIN_MS or more), sized from ESTIMATE_ITERS samples of the plain call after its warm-up. Each copy
+    after the first costs a one-element in-place update of the first floating input (what makes it a
+    copy of its own; `device_time.chained`), and the first one copy of that input.
+    """
+    estimate, out = time_ms(plain, block, ESTIMATE_ITERS, warmup, reps)
+    n = min(device_time.MAX_CHAIN, max(1, math.ceil(device_time.CHAIN_MS / max(estimate["min"], 1e-3))))
+    ms, _ = time_ms(chain(n), block, iters, 1, reps)
+    return {k: v / n for k, v in ms.items()}, out, n
+
+
 def jax_calls(op: OpBench, implementation: str, inputs: Mapping[str, jax.Array],
               cotangents: Sequence[jax.Array], **options) -> PeerCalls:
     """The op's forward and forward+backward (`jax.vjp`, the given cotangents) under `jax.jit`;
     `options` go to the op's call (e.g. `tuning=`)."""
     (fwd, fwd_bwd), (primals, cts) = jitted_passes(op, implementation, inputs, cotangents, **options)
     return PeerCalls(forward=lambda: fwd(primals), forward_backward=lambda: fwd_bwd(primals, cts),
-                     block=jax.block_until_ready, to_numpy=lambda out: [np.asarray(x) for x in out])
+                     block=jax.block_until_ready, to_numpy=lambda out: [np.asarray(x) for x in out],
+                     chain=pass_chains(fwd, fwd_bwd, primals, cts))
+
+
+def pass_chains(fwd: Callable, fwd_bwd: Callable, primals: Mapping[str, jax.Array],
+                cts: Sequence[jax.Array]) -> Callable[[str, int], Callable[[], Any]]:
+    """`PeerCalls.chain` of a `jitted_pair`: (pass, n) → a call of one jitted program that runs that pass
+    n times in a row, each copy on its own operands (`device_time.chained`: the link goes through the first
+    primal, which both passes read)."""
+    order = tuple(primals)
+    runs = {"forward": lambda xs: fwd(dict(zip(order, xs))),
+            "forward_backward": lambda xs: fwd_bwd(dict(zip(order, xs)), tuple(xs[len(order):]))}
+    inputs = [*primals.values(), *cts]
+
+    def chain(pass_: str, n: int) -> Callable[[], Any]:
+        made = device_time.chained(runs[pass_], inputs[:len(order)] if pass_ == "forward" else inputs, n)
+        if made is None:
+            raise ValueError(f"--timer chained: the {pass_} pass has no floating input to link copies through")
+        program, arrays = made
+        return lambda: program(arrays)
+
+    return chain
 
 
 def jitted_passes(op: OpBench, implementation: str, inputs: Mapping[str, jax.Array],
