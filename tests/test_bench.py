@@ -8,6 +8,7 @@ import os
 import sys
 
 import jax
+import numpy as np
 import pytest
 
 import workbench
@@ -16,7 +17,7 @@ from workbench import bench, cli, launch
 RECORD_KEYS = {"op", "harness", "command", "interpreted", "date", "device", "versions", "git", "shape_set",
                "shapes", "tokens", "dtype", "iters", "reps", "timer", "warmup", "implementations", "peers", "limits", "error_sources",
                "skipped", "results", "errors_from", "complete"}
-RESULT_KEYS = {"shape", "implementation", "kind", "pass", "ms", "timer", "chain", "bytes", "gb_per_s", "fraction_of_peak",
+RESULT_KEYS = {"shape", "implementation", "kind", "pass", "ms", "timer", "copies", "bytes", "gb_per_s", "fraction_of_peak",
                "ratio_to_best_peer", "error_source", "errors", "status"}
 
 
@@ -188,7 +189,7 @@ def test_no_variants_times_the_triton_path_alone(tmp_path, monkeypatch, no_fla, 
         bench.run("recurrent", "tiny", iters=1, implementations=("triton",), variants=["twice"])
 
 
-# ----------------------------------------------------------------------------- --timer chained
+# ----------------------------------------------------------------------------- --timer copies
 
 
 class _Clock:
@@ -204,10 +205,11 @@ class _Clock:
         self.now += ms / 1e3
 
 
-def test_a_chain_times_the_device_per_copy_where_calls_time_the_host(monkeypatch):
+def test_copies_time_the_device_per_copy_where_calls_time_the_host(monkeypatch):
     """A pass whose device work (0.25 ms) is shorter than the host's dispatch (0.5 ms): timed by calls it
-    measures the host; chained, n = ⌈CHAIN_MS / 0.75⌉ = 3 copies share one dispatch, so the time per copy
-    comes down to 0.25 + 0.5 / 3. The plain call's result is what the row is checked with."""
+    measures the host; as n = ⌈CHAIN_MS / 0.75⌉ = 3 copies in one program they share one dispatch, so the
+    time per copy comes down to 0.25 + 0.5 / 3. The n the program could hold is the one divided by. The
+    plain call's result is what the row is checked with."""
     from workbench import device_time
     from workbench.bench import timing
 
@@ -220,45 +222,122 @@ def test_a_chain_times_the_device_per_copy_where_calls_time_the_host(monkeypatch
         clock.spend(0.5 + 0.25)
         return "plain"
 
-    def chain(n):
+    def copies(n, cap=99):
         asked.append(n)
-        return lambda: clock.spend(0.5 + 0.25 * n) or "chained"
+        n = min(n, cap)
+        return (lambda: clock.spend(0.5 + 0.25 * n) or "copies"), n
 
     calls_ms, _ = bench.time_ms(plain, lambda out: None, iters=4, reps=2)
-    ms, out, n = bench.time_chained_ms(chain, plain, lambda out: None, iters=4, reps=2)
+    ms, out, n = bench.time_copies_ms(copies, plain, lambda out: None, iters=4, reps=2)
     assert calls_ms["median"] == pytest.approx(0.75)
     assert (n, asked, out) == (3, [3], "plain")
     assert ms["median"] == ms["min"] == ms["p90"] == pytest.approx(0.25 + 0.5 / 3)
-    monkeypatch.setattr(device_time, "MAX_CHAIN", 2)  # the cap
-    assert bench.time_chained_ms(chain, plain, lambda out: None, iters=1)[2] == 2
+    ms, _, n = bench.time_copies_ms(lambda n: copies(n, cap=2), plain, lambda out: None, iters=1)
+    assert n == 2 and ms["median"] == pytest.approx(0.25 + 0.5 / 2)  # memory allowed only 2
+    monkeypatch.setattr(device_time, "MAX_CHAIN", 2)
+    assert bench.time_copies_ms(copies, plain, lambda out: None, iters=1)[2] == 2
     monkeypatch.setattr(device_time, "CHAIN_MS", 0.1)  # a call longer than CHAIN_MS: one copy
-    assert bench.time_chained_ms(chain, plain, lambda out: None, iters=1)[2] == 1
+    assert bench.time_copies_ms(copies, plain, lambda out: None, iters=1)[2] == 1
 
 
-def test_timer_chained_runs_every_row_as_a_chain_of_checked_copies(tmp_path, monkeypatch, no_fla, no_ejkernel):
-    """End to end in the interpreter: every row says it was chained and how long the chain was, one chain was
-    made per row (that its n copies each run once is tests/test_autotune.py's chain test), rows still pass
-    their error check, and an unknown timer is refused."""
+class _Kernels:
+    """Three host callbacks (as opaque to XLA as Triton launches) that count their runs: a forward kernel
+    that reads only x, one that reads only y, and a backward one whose output is a gradient alone."""
+
+    def __init__(self):
+        self.runs = {"of x": 0, "of y": 0, "backward": 0}
+
+    def launch(self, name, *args):
+        def host(*a):
+            self.runs[name] += 1
+            return np.asarray(a[0]) * 2
+        return jax.pure_callback(host, jax.ShapeDtypeStruct(args[0].shape, args[0].dtype), *args)
+
+    def passes(self):
+        def forward(p):
+            return self.launch("of x", p["x"]), self.launch("of y", p["y"])
+
+        def forward_backward(p, cts):
+            return (*forward(p), self.launch("backward", cts[0], p["x"]))
+
+        return jax.jit(forward), jax.jit(forward_backward)
+
+
+@pytest.mark.parametrize("pass_", ["forward", "forward_backward"])
+def test_copies_run_every_kernel_of_a_pass_once_per_copy(pass_):
+    """n copies in one program run every kernel n times: none merged (a kernel that does not read the first
+    input, as a state pass does not read q), none dropped (a backward kernel whose outputs are gradients
+    only). A chain linked through the first input and output (`device_time.chained`) runs them once."""
     from workbench import device_time
+    from workbench.bench import timing
+
+    kernels = _Kernels()
+    fwd, fwd_bwd = kernels.passes()
+    primals = {"x": jax.numpy.ones((4, 8)), "y": jax.numpy.full((3,), 2.0)}
+    cts = (jax.numpy.ones((4, 8)),)
+    call, n = timing.pass_copies(fwd, fwd_bwd, primals, cts)(pass_, 5)
+    out = jax.block_until_ready(call())
+    assert n == 5 and len(out) == 5
+    want = {"of x": 5, "of y": 5, "backward": 5 if pass_ == "forward_backward" else 0}
+    assert kernels.runs == want
+    np.testing.assert_array_equal(out[-1][1], np.full((3,), 4.0))
+    # the single-launch chain is not enough for a pass of several kernels
+    kernels.runs = dict.fromkeys(kernels.runs, 0)
+    args = [primals["x"], primals["y"], *(cts if pass_ == "forward_backward" else ())]
+    run = ((lambda xs: fwd({"x": xs[0], "y": xs[1]})) if pass_ == "forward" else
+           (lambda xs: fwd_bwd({"x": xs[0], "y": xs[1]}, (xs[2],))))
+    program, arrays = device_time.chained(run, args, 5)
+    jax.block_until_ready(program(arrays))
+    assert kernels.runs["of x"] == 5 and kernels.runs["of y"] == 1
+    assert kernels.runs["backward"] == (1 if pass_ == "forward_backward" else 0)
+
+
+def test_copies_stay_within_the_memory_bound(monkeypatch):
+    """n is lowered so that every copy's arguments and outputs fit COPIES_BYTES, never below one."""
+    from workbench.bench import timing
+
+    kernels = _Kernels()
+    fwd, fwd_bwd = kernels.passes()
+    f32 = jax.numpy.float32
+    primals = {"x": jax.numpy.ones((4, 8), f32), "y": jax.numpy.ones((3,), f32)}
+    cts = (jax.numpy.ones((4, 8), f32),)
+    per_copy = 2 * (32 + 3) * 4  # arguments and outputs of a forward
+    monkeypatch.setattr(timing, "COPIES_BYTES", 3 * per_copy + 1)
+    assert timing.pass_copies(fwd, fwd_bwd, primals, cts)("forward", 10)[1] == 3
+    assert timing.pass_copies(fwd, fwd_bwd, primals, cts)("forward", 2)[1] == 2
+    monkeypatch.setattr(timing, "COPIES_BYTES", 1)
+    assert timing.pass_copies(fwd, fwd_bwd, primals, cts)("forward", 10)[1] == 1
+
+
+def test_timer_copies_runs_every_row_as_copies_and_checks_them(tmp_path, monkeypatch, no_fla, no_ejkernel):
+    """End to end in the interpreter: every row says it was timed as copies and how many, one program of
+    copies was made per row, rows still pass their error check, and an unknown timer is refused."""
+    from workbench import device_time
+    from workbench.bench import timing
 
     monkeypatch.setattr(device_time, "CHAIN_MS", 1e9)
     monkeypatch.setattr(device_time, "MAX_CHAIN", 2)
     made = []
-    chained = device_time.chained
-    monkeypatch.setattr(device_time, "chained", lambda run, inputs, n: made.append(n) or chained(run, inputs, n))
-    assert _bench(tmp_path, "--timer", "chained") == 0
+    pass_copies = timing.pass_copies
+
+    def counted(*args):
+        copies = pass_copies(*args)
+        return lambda pass_, n: made.append((pass_, n)) or copies(pass_, n)
+
+    monkeypatch.setattr(timing, "pass_copies", counted)
+    assert _bench(tmp_path, "--timer", "copies") == 0
     (path,) = _records(tmp_path)
     record = json.loads(path.read_text())
-    assert record["timer"] == "chained"
-    assert {(r["implementation"], r["pass"], r["timer"], r["chain"], r["status"]) for r in record["results"]} == {
-        (impl, p, "chained", 2, "ok") for impl in ("triton", "reference") for p in ("forward", "forward_backward")}
-    assert made == [2] * 4
-    with pytest.raises(ValueError, match="--timer: expected calls or chained, got 'host'"):
+    assert record["timer"] == "copies"
+    assert {(r["implementation"], r["pass"], r["timer"], r["copies"], r["status"]) for r in record["results"]} == {
+        (impl, p, "copies", 2, "ok") for impl in ("triton", "reference") for p in ("forward", "forward_backward")}
+    assert sorted(made) == sorted([("forward", 2), ("forward_backward", 2)] * 2)
+    with pytest.raises(ValueError, match="--timer: expected calls or copies, got 'host'"):
         bench.run("recurrent", "tiny", iters=1, timer="host")
 
 
 def test_ratios_compare_rows_with_peers_timed_the_same_way():
-    """Under --timer chained a torch peer is still timed by calls: the kernel's ratio is to the best peer
+    """Under --timer copies a torch peer is still timed by calls: the kernel's ratio is to the best peer
     timed as it was, never across timers."""
     from workbench.bench.harness import _finish
 
@@ -267,10 +346,11 @@ def test_ratios_compare_rows_with_peers_timed_the_same_way():
 
     def row(name, kind, ms, timer):
         return {"shape": {"T": 16}, "implementation": name, "kind": kind, "pass": "forward", "ms": {"median": ms},
-                "timer": timer, "chain": None if timer == "calls" else 4, "bytes": 1.0, "flops": None, "_got": same}
+                "timer": timer, "copies": None if timer == "calls" else 4, "bytes": 1.0, "flops": None,
+                "_got": same}
 
-    rows = [row("triton", "kernel", 1.0, "chained"), row("torch peer", "peer", 0.5, "calls"),
-            row("jax peer", "peer", 2.0, "chained"), row("slow torch peer", "peer", 0.8, "calls")]
+    rows = [row("triton", "kernel", 1.0, "copies"), row("torch peer", "peer", 0.5, "calls"),
+            row("jax peer", "peer", 2.0, "copies"), row("slow torch peer", "peer", 0.8, "calls")]
     done = _finish(rows, {"reference": {"forward": same}}, "reference", op, 1e-3,
                    {"peak_bytes_per_s": None})
     ratio = {r["implementation"]: r["ratio_to_best_peer"] for r in done}

@@ -88,10 +88,10 @@ def _bench_parser(subparsers) -> None:
                    help="calls per sample, issued back to back before one wait for the device (default 1: "
                         "every call pays the launch and sync latency)")
     p.add_argument("--timer", choices=bench.TIMERS, default="calls",
-                   help="calls (default): a sample is R calls of a pass's jitted program; chained: R calls of one "
-                        "program that runs the pass n times in a row (n from its time: chains up to 2 ms), per "
-                        "copy: the device's time for programs too short to hide the host's dispatch (torch peers "
-                        "are timed by calls either way; the record says which row was timed how)")
+                   help="calls (default): a sample is R calls of a pass's jitted program; copies: R calls of one "
+                        "program that runs the pass n times (n from its time: up to 2 ms of work), per copy: the "
+                        "device's time for programs too short to hide the host's dispatch (torch peers are "
+                        "timed by calls either way; the record says which row was timed how)")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help=f"record directory (default {bench.DEFAULT_OUT}; with --first-call {bench.FIRST_CALL_OUT})")
     p.add_argument("--errors-from", choices=("reference", "peers"), default="reference",

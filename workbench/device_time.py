@@ -59,7 +59,11 @@ def chained(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any], n: int):
     floating input is rewritten in place (`dynamic_update_slice`) with itself plus 0 × one element of
     the previous copy's first output: every copy has its own operand and needs the one before, at the
     cost of a one-element update between launches. The program returns the last copy's outputs. Inputs
-    that are not arrays (scalars) stay Python values, as `run` was given them."""
+    that are not arrays (scalars) stay Python values, as `run` was given them.
+
+    For one launch only: every kernel of `run` must read that input and produce that output. A program
+    of several kernels (a kernel that does not read it would be merged across copies; one whose outputs
+    the link does not read, dropped) is timed by `workbench.bench.timing.pass_copies` instead."""
     import jax
     import jax.numpy as jnp
 

@@ -8,7 +8,7 @@ row's outputs and gradients against an independent one. Each run writes ONE new 
 interpreted, date, device {name, kind, platform, driver, peak_bytes_per_s}, versions, git {commit, dirty},
 shape_set, shapes, tokens (the --T filter or None), dtype, iters, reps, timer, implementations, peers [{peer, status,
 reason?}], limits {name: {max_T, why}}, error_sources, skipped [{shape, implementation, reason}], results`;
-each result has `shape, implementation, kind, pass, ms {median, min, p90}, timer, chain, bytes, gb_per_s,
+each result has `shape, implementation, kind, pass, ms {median, min, p90}, timer, copies, bytes, gb_per_s,
 fraction_of_peak, flops, tflops_per_s (attention; None elsewhere), ratio_to_best_peer, error_source, errors
 {name: {max_abs, rms_rel}}, status` (ok | WRONG | unchecked).
 
@@ -38,9 +38,9 @@ from .records import DEFAULT_OUT, Refused, claim_stamp, release_stamp, stamp_now
 from .spec import OpBench, Peer, PeerCalls
 from .specs import OPS
 from .table import first_call_table, table
-from .timing import TIMERS, WARMUP, jax_calls, time_chained_ms, time_ms
+from .timing import TIMERS, WARMUP, jax_calls, time_copies_ms, time_ms
 
 __all__ = ["DEFAULT_OUT", "FIRST_CALL_GOAL", "FIRST_CALL_OUT", "IMPLEMENTATIONS", "OPS", "PEAK_BYTES_PER_S", "WARMUP",
            "WRONG_RMS_REL", "OpBench", "Peer", "PeerCalls", "Refused", "TIMERS", "chosen_variants", "claim_stamp", "device_info",
            "first_call", "first_call_child", "first_call_table", "git_state", "jax_calls", "output_errors",
-           "release_stamp", "run", "stamp_now", "table", "time_chained_ms", "time_ms", "versions", "write", "write_partial"]
+           "release_stamp", "run", "stamp_now", "table", "time_copies_ms", "time_ms", "versions", "write", "write_partial"]

@@ -10,7 +10,7 @@ For every shape the harness times
 
 in that order, so a run cut short keeps the figures that matter most. Each (shape, implementation, pass)
 gets the median, min and p90 of `iters` timed samples after the warm-up calls (`timing.py`; with
-`--timer chained`, of a program that runs the pass n times, per copy), an achieved
+`--timer copies`, of a program that runs the pass n times, per copy), an achieved
 bandwidth from an estimate of the bytes read and written once, its fraction of the device's peak when
 known, the ratio to the best peer measured in the same run, and its error against the reference's output
 on the same inputs (max |Δ| and RMS relative, per output and gradient). An implementation whose
@@ -42,7 +42,7 @@ from .peers import import_peer
 from .records import Refused
 from .spec import OpBench, Peer, PeerCalls
 from .specs import OPS
-from .timing import TIMERS, WARMUP, jax_calls, say, time_chained_ms, time_ms
+from .timing import TIMERS, WARMUP, jax_calls, say, time_copies_ms, time_ms
 
 IMPLEMENTATIONS = ("triton", "reference")
 WRONG_RMS_REL = {"bfloat16": 5e-2, "float16": 2e-2, "float32": 1e-3}
@@ -61,10 +61,10 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
     errors_from: "reference" (the JAX reference's outputs, computed even when it is not timed) or
       "peers" (the op's `error_sources` measured in the same run; the reference is then not run at
       all unless timed: at large shapes its XLA compile can take minutes).
-    timer: "calls" (each sample `reps` calls back to back) or "chained" (each sample `reps` calls of one
+    timer: "calls" (each sample `reps` calls back to back) or "copies" (each sample `reps` calls of one
       program that runs the pass n times in a row, divided by n: the device's time where a call is too
-      short to hide the host's dispatch; `timing.time_chained_ms`). A contender that is not one JAX
-      program (a torch peer) is timed by calls in both; every row records its timer and n ("chain"), and
+      short to hide the host's dispatch; `timing.time_copies_ms`). A contender that is not one JAX
+      program (a torch peer) is timed by calls in both; every row records its timer and n ("copies"), and
       its ratio is to the best peer timed the same way.
     progress: called with the record so far ("complete": False) after every timed contender, so a run
       cut short by a time limit still leaves what it measured (`workbench bench` writes it).
@@ -267,17 +267,17 @@ class _Run:
         for pass_, ms, n, nbytes, nflops in (("forward", fwd_ms, fwd_n, fwd_bytes, flops[0]),
                                              ("forward_backward", fb_ms, fb_n, fwd_bwd_bytes, flops[1])):
             self.shape_rows.append({"shape": dict(shape), "implementation": name, "kind": kind, "pass": pass_,
-                                    "ms": ms, "timer": "calls" if n is None else "chained", "chain": n,
+                                    "ms": ms, "timer": "calls" if n is None else "copies", "copies": n,
                                     "bytes": nbytes, "flops": nflops, "_got": got[pass_]})
         if kind == "peer" and not any(p["peer"] == name for p in self.peer_status):
             self.peer_status.append({"peer": name, "status": "measured"})
         self.say(shape, name, f"forward {fwd_ms['median']:.3f} ms, forward+backward {fb_ms['median']:.3f} ms")
 
     def time_pass(self, calls: PeerCalls, pass_: str):
-        """(ms, last result, chain length or None when timed by calls) of one pass."""
+        """(ms, last result, copies in the timed program or None when timed by calls) of one pass."""
         plain = getattr(calls, pass_)
-        if self.timer == "chained" and calls.chain is not None:
-            return time_chained_ms(lambda n: calls.chain(pass_, n), plain, calls.block, self.iters, self.warmup,
+        if self.timer == "copies" and calls.copies is not None:
+            return time_copies_ms(lambda n: calls.copies(pass_, n), plain, calls.block, self.iters, self.warmup,
                                    self.reps)
         return (*time_ms(plain, calls.block, self.iters, self.warmup, self.reps), None)
 

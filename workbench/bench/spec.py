@@ -36,16 +36,16 @@ class PeerCalls:
     """forward() → outputs; forward_backward() → outputs + gradients (in `OpBench` order);
     block(result) waits for the device; to_numpy(result) → list of arrays.
 
-    chain: for a contender that is one jitted JAX program per pass, `chain(pass_, n)` → a call that runs
-    that pass n times in a row in one program (`workbench.device_time.chained`), for `--timer chained`;
-    None for the others (torch peers), which are then timed by calls.
+    copies: for a contender that is one jitted JAX program per pass, `copies(pass_, n)` → (a call of one
+    program that runs that pass n times, each copy on its own arguments, the n it runs), for `--timer
+    copies` (`timing.pass_copies`); None for the others (torch peers), which are then timed by calls.
     """
 
     forward: Callable[[], Any]
     forward_backward: Callable[[], Any]
     block: Callable[[Any], None]
     to_numpy: Callable[[Any], list[np.ndarray]]
-    chain: Callable[[str, int], Callable[[], Any]] | None = None
+    copies: Callable[[str, int], tuple[Callable[[], Any], int]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Timing one call on the device: warm-up, samples of back-to-back calls, median/min/p90, or of a chain of
-copies in one program (`--timer chained`); the op's calls as bench times them."""
+"""Timing one call on the device: warm-up, samples of back-to-back calls, median/min/p90, or of n copies of
+it in one program (`--timer copies`); the op's calls as bench times them."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .. import device_time
@@ -18,8 +19,9 @@ from .spec import OpBench, PeerCalls
 
 
 WARMUP = 2
-TIMERS = ("calls", "chained")
-ESTIMATE_ITERS = 3  # samples of the plain call that size a chain
+TIMERS = ("calls", "copies")
+ESTIMATE_ITERS = 3  # samples of the plain call that size `--timer copies`
+COPIES_BYTES = 4 << 30  # at most this much input and output for all copies of a pass in one program
 
 
 def time_ms(fn: Callable[[], Any], block: Callable[[Any], Any], iters: int,
@@ -45,23 +47,23 @@ def time_ms(fn: Callable[[], Any], block: Callable[[Any], Any], iters: int,
     return {"median": statistics.median(times), "min": times[0], "p90": p90}, out
 
 
-def time_chained_ms(chain: Callable[[int], Callable[[], Any]], plain: Callable[[], Any],
-                    block: Callable[[Any], Any], iters: int, warmup: int = WARMUP,
-                    reps: int = 1) -> tuple[dict[str, float], Any, int]:
-    """(median/min/p90 ms per copy, the plain call's last result, n): `time_ms` of a program that runs the
-    call n times in a row (`chain(n)`), divided by n.
+def time_copies_ms(copies: Callable[[int], tuple[Callable[[], Any], int]], plain: Callable[[], Any],
+                   block: Callable[[Any], Any], iters: int, warmup: int = WARMUP,
+                   reps: int = 1) -> tuple[dict[str, float], Any, int]:
+    """(median/min/p90 ms per copy, the plain call's last result, n): `time_ms` of one program that runs the
+    call n times (`copies(n)` → (that call, the n it could hold)), divided by n.
 
     A jitted program of a few tenths of a millisecond, called back to back, can be paced by the host (its
     dispatch, argument handling and synchronisation) rather than the device; `--reps` hides that only
-    when one call outlasts the dispatch of the next. The chain is one dispatch for n calls: n =
+    when one call outlasts the dispatch of the next. n copies in one program are one dispatch: n =
     ⌈device_time.CHAIN_MS / the plain call's best time⌉, at most device_time.MAX_CHAIN (1 for a call of
-    CHAIN_MS or more), sized from ESTIMATE_ITERS samples of the plain call after its warm-up. Each copy
-    after the first costs a one-element in-place update of the first floating input (what makes it a
-    copy of its own; `device_time.chained`), and the first one copy of that input.
+    CHAIN_MS or more), sized from ESTIMATE_ITERS samples of the plain call after its warm-up, and fewer
+    where their inputs and outputs would pass COPIES_BYTES.
     """
     estimate, out = time_ms(plain, block, ESTIMATE_ITERS, warmup, reps)
-    n = min(device_time.MAX_CHAIN, max(1, math.ceil(device_time.CHAIN_MS / max(estimate["min"], 1e-3))))
-    ms, _ = time_ms(chain(n), block, iters, 1, reps)
+    want = min(device_time.MAX_CHAIN, max(1, math.ceil(device_time.CHAIN_MS / max(estimate["min"], 1e-3))))
+    call, n = copies(want)
+    ms, _ = time_ms(call, block, iters, 1, reps)
     return {k: v / n for k, v in ms.items()}, out, n
 
 
@@ -72,27 +74,34 @@ def jax_calls(op: OpBench, implementation: str, inputs: Mapping[str, jax.Array],
     (fwd, fwd_bwd), (primals, cts) = jitted_passes(op, implementation, inputs, cotangents, **options)
     return PeerCalls(forward=lambda: fwd(primals), forward_backward=lambda: fwd_bwd(primals, cts),
                      block=jax.block_until_ready, to_numpy=lambda out: [np.asarray(x) for x in out],
-                     chain=pass_chains(fwd, fwd_bwd, primals, cts))
+                     copies=pass_copies(fwd, fwd_bwd, primals, cts))
 
 
-def pass_chains(fwd: Callable, fwd_bwd: Callable, primals: Mapping[str, jax.Array],
-                cts: Sequence[jax.Array]) -> Callable[[str, int], Callable[[], Any]]:
-    """`PeerCalls.chain` of a `jitted_pair`: (pass, n) → a call of one jitted program that runs that pass
-    n times in a row, each copy on its own operands (`device_time.chained`: the link goes through the first
-    primal, which both passes read)."""
-    order = tuple(primals)
-    runs = {"forward": lambda xs: fwd(dict(zip(order, xs))),
-            "forward_backward": lambda xs: fwd_bwd(dict(zip(order, xs)), tuple(xs[len(order):]))}
-    inputs = [*primals.values(), *cts]
+def pass_copies(fwd: Callable, fwd_bwd: Callable, primals: Mapping[str, jax.Array],
+                cts: Sequence[jax.Array]) -> Callable[[str, int], tuple[Callable[[], Any], int]]:
+    """`PeerCalls.copies` of a `jitted_pair`: (pass, n) → (a call of one jitted program that runs that pass
+    n times, the n it runs).
 
-    def chain(pass_: str, n: int) -> Callable[[], Any]:
-        made = device_time.chained(runs[pass_], inputs[:len(order)] if pass_ == "forward" else inputs, n)
-        if made is None:
-            raise ValueError(f"--timer chained: the {pass_} pass has no floating input to link copies through")
-        program, arrays = made
-        return lambda: program(arrays)
+    XLA sees a Triton launch as a pure function of its operands: copies of a pass on the same arguments
+    would be merged into one, and a copy whose outputs go unused removed. So each copy gets its own
+    copy of the arguments (separate buffers, made once, outside the timed program: distinct parameters
+    XLA cannot merge) and the program returns every copy's outputs (none can be dropped). Nothing is
+    added between the copies. (Linking copies through one input, as `device_time.chained` does for a
+    single launch, is not enough here: a pass has kernels that do not read that input, and outputs the
+    link does not read.) n is lowered so that the copies' arguments and outputs stay under COPIES_BYTES.
+    """
+    passes = {"forward": (fwd, (dict(primals),)), "forward_backward": (fwd_bwd, (dict(primals), tuple(cts)))}
 
-    return chain
+    def copies(pass_: str, n: int) -> tuple[Callable[[], Any], int]:
+        f, args = passes[pass_]
+        out = jax.eval_shape(f, *args)
+        per_copy = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves((args, out)))
+        n = max(1, min(n, COPIES_BYTES // max(per_copy, 1)))
+        separate = [jax.tree.map(jnp.copy, args) for _ in range(n)]
+        program = jax.jit(lambda separate: [f(*a) for a in separate])
+        return (lambda: program(separate)), n
+
+    return copies
 
 
 def jitted_passes(op: OpBench, implementation: str, inputs: Mapping[str, jax.Array],
