@@ -62,7 +62,7 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
       "peers" (the op's `error_sources` measured in the same run; the reference is then not run at
       all unless timed: at large shapes its XLA compile can take minutes).
     timer: "calls" (each sample `reps` calls back to back) or "copies" (each sample `reps` calls of one
-      program that runs the pass n times in a row, divided by n: the device's time where a call is too
+      program that runs the pass n times, divided by n: the device's time where a call is too
       short to hide the host's dispatch; `timing.time_copies_ms`). A contender that is not one JAX
       program (a torch peer) is timed by calls in both; every row records its timer and n ("copies"), and
       its ratio is to the best peer timed the same way.

@@ -89,6 +89,8 @@ def pass_copies(fwd: Callable, fwd_bwd: Callable, primals: Mapping[str, jax.Arra
     added between the copies. (Linking copies through one input, as `device_time.chained` does for a
     single launch, is not enough here: a pass has kernels that do not read that input, and outputs the
     link does not read.) n is lowered so that the copies' arguments and outputs stay under COPIES_BYTES.
+    The Triton launches stay one per copy; XLA may still fuse small XLA operations of different copies side
+    by side (horizontal fusion), so the glue around the launches can cost a little less per copy than alone.
     """
     passes = {"forward": (fwd, (dict(primals),)), "forward_backward": (fwd_bwd, (dict(primals), tuple(cts)))}
 
