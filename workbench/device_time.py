@@ -35,7 +35,7 @@ def time_on_device(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any]) -
         eager = min(eager, (time.perf_counter() - t0) * 1e3 / REPS)
     if eager >= CHAIN_MS:
         return eager
-    n = min(MAX_CHAIN, math.ceil(CHAIN_MS / max(eager, 1e-3)))
+    n = copies_for(eager)
     made = chained(run, inputs, n)
     if made is None:
         return eager
@@ -47,6 +47,11 @@ def time_on_device(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any]) -
         jax.block_until_ready(program(arrays))
         best = min(best, (time.perf_counter() - t0) * 1e3 / n)
     return best
+
+
+def copies_for(ms: float) -> int:
+    """How many copies of a call of `ms` make CHAIN_MS of work: ⌈CHAIN_MS / ms⌉, between 1 and MAX_CHAIN."""
+    return min(MAX_CHAIN, max(1, math.ceil(CHAIN_MS / max(ms, 1e-3))))
 
 
 def chained(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any], n: int):

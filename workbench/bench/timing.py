@@ -56,13 +56,12 @@ def time_copies_ms(copies: Callable[[int], tuple[Callable[[], Any], int]], plain
     A jitted program of a few tenths of a millisecond, called back to back, can be paced by the host (its
     dispatch, argument handling and synchronisation) rather than the device; `--reps` hides that only
     when one call outlasts the dispatch of the next. n copies in one program are one dispatch: n =
-    ⌈device_time.CHAIN_MS / the plain call's best time⌉, at most device_time.MAX_CHAIN (1 for a call of
-    CHAIN_MS or more), sized from ESTIMATE_ITERS samples of the plain call after its warm-up, and fewer
+    `device_time.copies_for` the plain call's best time (⌈CHAIN_MS / it⌉, at most MAX_CHAIN; 1 for a call
+    of CHAIN_MS or more) over ESTIMATE_ITERS samples after its warm-up, and fewer
     where their inputs and outputs would pass COPIES_BYTES.
     """
     estimate, out = time_ms(plain, block, ESTIMATE_ITERS, warmup, reps)
-    want = min(device_time.MAX_CHAIN, max(1, math.ceil(device_time.CHAIN_MS / max(estimate["min"], 1e-3))))
-    call, n = copies(want)
+    call, n = copies(device_time.copies_for(estimate["min"]))
     ms, _ = time_ms(call, block, iters, 1, reps)
     return {k: v / n for k, v in ms.items()}, out, n
 
