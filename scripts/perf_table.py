@@ -271,20 +271,20 @@ def _shape_set(record: Record) -> str:
 
 
 def latest_first_calls(folder: Path) -> list[Record]:
-    """The latest complete compiled first-call record of each op and shape set in `folder`, in
-    FIRST_CALL_OPS order (target first)."""
+    """The latest complete compiled first-call record of each GPU kind, op and shape set in `folder`, in
+    FIRST_CALL_OPS order (target first), GPU kinds in name order."""
     latest: dict[tuple[str, str], Record] = {}
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         data = json.loads(path.read_text())
         if data.get("complete") is False or data.get("interpreted") or "first_call" not in data:
             continue
         record = Record(path, data)
-        key = (record.op, _shape_set(record))
+        key = (record.device, record.op, _shape_set(record))
         if key not in latest or record.date >= latest[key].date:
             latest[key] = record
     order = {op: i for i, op in enumerate(FIRST_CALL_OPS)}
-    return sorted(latest.values(), key=lambda r: (order.get(r.op, len(order)), r.op, _shape_set(r) != "target",
-                                                  _shape_set(r)))
+    return sorted(latest.values(), key=lambda r: (r.device, order.get(r.op, len(order)), r.op,
+                                                  _shape_set(r) != "target", _shape_set(r)))
 
 
 def _mode(record: Record) -> str:
@@ -313,23 +313,23 @@ def first_call_docs_block(records: list[Record]) -> str:
 
 
 def first_call_readme_block(records: list[Record]) -> str:
+    """One line per GPU kind: each op's cold → cached seconds at the target shape, then at the off-table
+    shape (T = 3000, H = 12), under the lead sentence that says what the numbers are."""
     if not records:
         return "No first-call record yet."
-    def sentence(chosen: list[Record], where: str) -> str:
-        devices = " and ".join(sorted({r.device for r in chosen}))
-        modes = " and ".join(sorted({_mode(r) for r in chosen}))
-        parts = [f"{r.op} {r.data['first_call']['cold_s']:.0f} → {r.data['first_call']['cached_s']:.1f} s"
-                 for r in chosen]
-        return (f"First forward+backward {where}, in a fresh process with empty caches → with the caches an "
-                f"earlier process left ({devices}, `WORKBENCH_AUTOTUNE={modes}`, `workbench bench --first-call`): "
-                f"{'; '.join(parts)}.")
-
-    target = [r for r in records if _shape_set(r) == "target"]
-    off_table = [r for r in records if _shape_set(r) == "off_table"]
-    lines = [sentence(target, "at the target shape")] if target else []
-    if off_table:
-        lines.append(sentence(off_table, "at T = 3000, H = 12 (no tuning-table entry: the nearest serves)"))
-    return "\n".join(lines) or "No first-call record yet."
+    modes = " and ".join(sorted({_mode(r) for r in records}))
+    lines = [f"First forward+backward in a fresh process with empty caches → with the caches an earlier "
+             f"process left (`workbench bench --first-call`, `WORKBENCH_AUTOTUNE={modes}`), at the target "
+             f"shape; at T = 3000, H = 12 (no tuning-table entry: the nearest serves):"]
+    for device in dict.fromkeys(r.device for r in records):
+        parts = []
+        for where in ("target", "off_table"):
+            chosen = [r for r in records if r.device == device and _shape_set(r) == where]
+            if chosen:
+                parts.append("; ".join(f"{r.op} {r.data['first_call']['cold_s']:.0f} → "
+                                       f"{r.data['first_call']['cached_s']:.1f} s" for r in chosen))
+        lines.append(f"- {device}: " + ". Off-table: ".join(parts) + ".")
+    return "\n".join(lines)
 
 
 def replace_block(text: str, block: str, where: str, markers: tuple[str, str] = (START, END)) -> str:
