@@ -273,7 +273,7 @@ def _shape_set(record: Record) -> str:
 def latest_first_calls(folder: Path) -> list[Record]:
     """The latest complete compiled first-call record of each GPU kind, op and shape set in `folder`, in
     FIRST_CALL_OPS order (target first), GPU kinds in name order."""
-    latest: dict[tuple[str, str], Record] = {}
+    latest: dict[tuple[str, str, str], Record] = {}
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         data = json.loads(path.read_text())
         if data.get("complete") is False or data.get("interpreted") or "first_call" not in data:
@@ -323,12 +323,12 @@ def first_call_readme_block(records: list[Record]) -> str:
              f"shape; at T = 3000, H = 12 (no tuning-table entry: the nearest serves):"]
     for device in dict.fromkeys(r.device for r in records):
         parts = []
-        for where in ("target", "off_table"):
+        for where, label in (("target", ""), ("off_table", "Off-table: ")):
             chosen = [r for r in records if r.device == device and _shape_set(r) == where]
             if chosen:
-                parts.append("; ".join(f"{r.op} {r.data['first_call']['cold_s']:.0f} → "
-                                       f"{r.data['first_call']['cached_s']:.1f} s" for r in chosen))
-        lines.append(f"- {device}: " + ". Off-table: ".join(parts) + ".")
+                parts.append(label + "; ".join(f"{r.op} {r.data['first_call']['cold_s']:.0f} → "
+                                               f"{r.data['first_call']['cached_s']:.1f} s" for r in chosen))
+        lines.append(f"- {device}: " + ". ".join(parts) + ".")
     return "\n".join(lines)
 
 

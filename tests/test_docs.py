@@ -319,6 +319,9 @@ def test_first_call_tables_take_each_ops_latest_record(tmp_path):
                          # another GPU kind: its own (older) record stays, in its own line and rows
                          "recurrent-20251231T000000Z": _first_call_record("recurrent", "2025-12-31T00:00", 12, 3,
                                                                           device="NVIDIA ZetaGPU", mode="table"),
+                         "chunk_gla-20251231T000000Z": _first_call_record("chunk_gla", "2025-12-31T00:00", 14, 4,
+                                                                          device="NVIDIA ZetaGPU", mode="table",
+                                                                          shape_set="off_table"),
                          }.items():
         (folder / f"{name}.json").write_text(json.dumps(record))
     readme = tmp_path / "README.md"
@@ -331,13 +334,14 @@ def test_first_call_tables_take_each_ops_latest_record(tmp_path):
     assert [row.split(" | ")[:3] for row in rows] == [["| recurrent", "TestGPU", "target"],
                                                       ["| recurrent", "TestGPU", "off_table"],
                                                       ["| chunk_gla", "TestGPU", "target"],
-                                                      ["| recurrent", "ZetaGPU", "target"]], rows
+                                                      ["| recurrent", "ZetaGPU", "target"],
+                                                      ["| chunk_gla", "ZetaGPU", "off_table"]], rows
     assert "| on | 100.0 | 5.0 | 0.05 | 3 / 0 (0) → 3 | 9 → 4 |" in rows[2] and "STALE" not in page.read_text()
     assert "| table | 9.0 | 2.0 | 0.22 | 0 / 3 (2) → 3 | 3 → 3 |" in rows[1]
     text = readme.read_text()
     assert "at the target shape" in text and "at T = 3000, H = 12" in text and "WORKBENCH_AUTOTUNE=on and table" in text
     assert "- TestGPU: recurrent 80 → 4.0 s; chunk_gla 100 → 5.0 s. Off-table: recurrent 9 → 2.0 s.\n" in text
-    assert "- ZetaGPU: recurrent 12 → 3.0 s.\n" in text
+    assert "- ZetaGPU: recurrent 12 → 3.0 s. Off-table: chunk_gla 14 → 4.0 s.\n" in text
 
 
 def test_committed_perf_tables_are_current():
