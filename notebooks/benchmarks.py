@@ -29,6 +29,7 @@
 #    linear and quadratic slopes marked (and which ops have no sweep record yet);
 # 3. each kernel's time relative to cuDNN (attention) and to the best peer measured in the same run,
 #    per workload: the latest `target` record of every op, and along each sweep;
+# 4. the tuning table's price: each row's table / autotuned time from `data/bench/tuning_table/`;
 #
 # and ends with a check that fails if the records are missing or if, in the latest recurrent `target`
 # record, the Triton kernel's forward+backward is not faster than the peer's (`fla`).
@@ -373,10 +374,60 @@ for sweep in plotted_sweeps:
         print(f"{sweep['op']}: the sweep measured no correct peer, so no ratio to plot")
 
 # %% [markdown]
+# ## 4. The tuning table's price: its configs against fully autotuned ones
+#
+# `data/bench/tuning_table/<run>/table/` and `<run>/on/` hold the same op, shapes and passes timed in two
+# fresh processes: with the configs of the shipped tuning table (`WORKBENCH_AUTOTUNE=table`) and with
+# every config timed in that process (`on`). Each point is one row's table / tuned ratio of medians
+# against the tuned time: runs timed on the device's time (`--timer copies`) are filled, runs timed by
+# back-to-back calls hollow (below ~0.4 ms those time the host; these earlier runs priced earlier tables
+# too); circles are H100 runs, triangles H200.
+# The band is ±3 %. `data/bench/tuning_table/README.md` lists every row and says how each run was made.
+
+# %%
+price = {}
+for path in sorted((BENCH / "tuning_table").glob("*/*/*.json")):
+    run, mode = path.parent.parent.name, path.parent.name
+    rec = json.loads(path.read_text())
+    for x in rec.get("results", []):
+        if x["implementation"] == "triton":
+            key = (run, rec["op"], shape_label(x["shape"]), x["pass"])
+            price.setdefault(key, {})[mode] = dict(ms=x["ms"]["median"], timer=x.get("timer", "calls"),
+                                                    device=device_name(rec.get("device")), date=rec["date"][:10])
+pairs = {k: v for k, v in price.items() if {"table", "on"} <= v.keys()}
+print(f"{len(pairs)} rows with both modes, from {len({k[0] for k in pairs})} runs")
+
+fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+for ax, p in zip(axes, PASSES):
+    for i, op in enumerate(sorted({k[1] for k in pairs})):
+        for timer in ("copies", "calls"):
+            for device, marker in (("H100", "o"), ("H200", "^")):
+                pts = [(v["on"]["ms"], v["table"]["ms"] / v["on"]["ms"]) for k, v in pairs.items()
+                       if k[1] == op and k[3] == p and (v["on"]["timer"] == "copies") == (timer == "copies")
+                       and device in v["on"]["device"]]
+                if pts:
+                    x, r = map(np.array, zip(*pts))
+                    ax.scatter(x, r, marker=marker, s=28, color=f"C{i}", alpha=0.85,
+                               facecolors=f"C{i}" if timer == "copies" else "none",
+                               label=f"{op}, {device}, {timer}")
+    ax.axhspan(0.97, 1.03, color="0.85", zorder=0)
+    ax.axhline(1.0, color="k", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("tuned median ms")
+    ax.set_title(p.replace("_", " + "))
+    ax.grid(True, which="both", alpha=0.3)
+axes[0].set_ylabel("table / tuned (median ms)")
+axes[1].legend(fontsize=7, ncol=2)
+dates = sorted({v["on"]["date"] for v in pairs.values()})
+fig.suptitle(f"tuning table's price, {dates[0]} to {dates[-1]} (filled: --timer copies)" if dates else "no price runs")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
 # ## Check
 #
 # Fails if no record could be read, if a ratio recomputed here disagrees with the one the harness
-# recorded, if there is no recurrent `target` record with both a Triton and an `fla`
+# recorded, if no tuning-table price run on the device's time was read, if there is no recurrent `target` record with both a Triton and an `fla`
 # forward+backward measurement, or if, in the latest such record, the Triton kernel's
 # forward+backward median is not below the `fla` peer's.
 
@@ -385,6 +436,7 @@ assert records, f"no benchmark record could be read from {BENCH} ({len(skipped)}
 for recomputed, recorded in ratio_checks:
     assert abs(recomputed - recorded) <= 1e-9 * max(1.0, recorded), (recomputed, recorded)
 print(f"{len(ratio_checks)} recorded ratio(s) agree with the medians")
+assert pairs and any(v["on"]["timer"] == "copies" for v in pairs.values()), "no tuning-table price run"
 
 target = latest.get(("recurrent", "target"))
 assert target is not None, "no recurrent 'target' record in data/bench/"
