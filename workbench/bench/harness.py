@@ -27,6 +27,7 @@ test, the record marked `"interpreted": true`); others are refused (`Refused`).
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -332,8 +333,11 @@ def _finish(shape_rows, outputs_of, errors_from, op, bound, device):
         done.append(row)
     for pass_ in ("forward", "forward_backward"):
         rows = [r for r in done if r["pass"] == pass_]
-        for r in rows:  # against peers timed the same way
-            best = min((p["ms"]["median"] for p in rows
-                        if p["kind"] == "peer" and p["status"] == "ok" and p["timer"] == r["timer"]), default=None)
-            r["ratio_to_best_peer"] = (r["ms"]["median"] / best if best and r["status"] == "ok" else None)
+        best = {}  # per timer: a row's ratio is to the best peer timed the same way
+        for p in rows:
+            if p["kind"] == "peer" and p["status"] == "ok":
+                best[p["timer"]] = min(best.get(p["timer"], math.inf), p["ms"]["median"])
+        for r in rows:
+            b = best.get(r["timer"])
+            r["ratio_to_best_peer"] = (r["ms"]["median"] / b if b and r["status"] == "ok" else None)
     return done

@@ -20,7 +20,7 @@ import triton
 
 from .. import launch
 from .spec import PeerCalls
-from .timing import jitted_pair, pass_copies
+from .timing import jitted_pair, pair_calls
 
 
 # ----------------------------------------------------------------------------- flash-linear-attention (torch)
@@ -75,9 +75,7 @@ def jax_peer_calls(forward: Callable[[dict[str, jax.Array]], tuple], primals: di
     (fwd, fwd_bwd), (primals, cts) = jitted_pair(forward, primals, cotangents)
     if launch.INTERPRET and launched:
         fwd, fwd_bwd = (_launched_by_workbench(launched, f) for f in (fwd, fwd_bwd))
-    return PeerCalls(forward=lambda: fwd(primals), forward_backward=lambda: fwd_bwd(primals, cts),
-                     block=jax.block_until_ready, to_numpy=lambda out: [np.asarray(x) for x in out],
-                     copies=pass_copies(fwd, fwd_bwd, primals, cts))
+    return pair_calls(fwd, fwd_bwd, primals, cts)
 
 
 def _ejkernel_triton_call(*args, kernel, out_shape, grid, name="", num_warps=None, num_stages=None, **metaparams):

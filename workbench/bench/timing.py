@@ -71,6 +71,13 @@ def jax_calls(op: OpBench, implementation: str, inputs: Mapping[str, jax.Array],
     """The op's forward and forward+backward (`jax.vjp`, the given cotangents) under `jax.jit`;
     `options` go to the op's call (e.g. `tuning=`)."""
     (fwd, fwd_bwd), (primals, cts) = jitted_passes(op, implementation, inputs, cotangents, **options)
+    return pair_calls(fwd, fwd_bwd, primals, cts)
+
+
+def pair_calls(fwd: Callable, fwd_bwd: Callable, primals: Mapping[str, jax.Array],
+               cts: Sequence[jax.Array]) -> PeerCalls:
+    """`PeerCalls` of a `jitted_pair` (the op's own calls and JAX peers alike), with `copies` for
+    `--timer copies`."""
     return PeerCalls(forward=lambda: fwd(primals), forward_backward=lambda: fwd_bwd(primals, cts),
                      block=jax.block_until_ready, to_numpy=lambda out: [np.asarray(x) for x in out],
                      copies=pass_copies(fwd, fwd_bwd, primals, cts))
