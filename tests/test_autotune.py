@@ -34,6 +34,7 @@ def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(autotune, "_WARNED", set())
     monkeypatch.setattr(autotune, "_CHOICES", {})
     monkeypatch.setattr(autotune, "STATS", autotune.collections.Counter())
+    monkeypatch.setattr(autotune, "CHOSEN", {})
     return folder
 
 
@@ -946,11 +947,19 @@ def test_the_default_mode_launches_the_table_config_untimed(cache_dir, tmp_path,
     _gpu_call(args, launcher, timer, tune_inputs={"cu_seqlens": CU})
     assert autotune.STATS["chosen_table"] == 1 and "chosen_tuned" not in autotune.STATS
     assert launcher.launches[-1]["num_warps"] == p.candidates[-1].num_warps
+    chosen = {"kernel": "recurrent_fwd_kernel", "key": p.key["key"], "source": "table",
+              "config": autotune.config_fields(p.candidates[-1])}
+    assert list(autotune.CHOSEN.values()) == [chosen]  # what a bench record lists
     monkeypatch.setattr(autotune, "_CHOICES", {})
+    monkeypatch.setattr(autotune, "CHOSEN", {})
     monkeypatch.setenv(autotune.MODE_VAR, "on")
     timed = []
     _gpu_call(args, launcher, lambda config, run: timed.append(config) or 1.0, tune_inputs={"cu_seqlens": CU})
     assert len(timed) == len(p.candidates) * (1 + autotune.CONFIRM_ROUNDS) and autotune.STATS["chosen_tuned"] == 1  # all tie
+    _gpu_call(args, launcher, timer, tune_inputs={"cu_seqlens": CU})  # the same key again: from memory
+    assert autotune.STATS["chosen_memory"] == 1
+    tuned = {**chosen, "source": "tuned", "config": autotune.config_fields(p.candidates[0])}
+    assert list(autotune.CHOSEN.values()) == [tuned]  # where the choice first came from
 
 
 SHIPPED_TABLE_CHECK = """

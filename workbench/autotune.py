@@ -72,13 +72,13 @@ CACHE_VAR = "WORKBENCH_CACHE_DIR"
 MODES = ("table", "on", "off", "refresh")
 TABLE_VAR = "WORKBENCH_TUNING_TABLE"  # a folder of table files to read instead of the package's (tests, a new table)
 FORMAT = 1  # of the files; part of every key, so a new layout never reads an old file
-CONFIRM_MARGIN, CONFIRM_ROUNDS, CONFIRM_MAX = 0.10, 2, 6  # candidates within 10 % of the fastest are timed
-# twice more (at most 6 of them) and ranked by the median of their three timings (`Choices.tune`)
+CONFIRM_MARGIN, CONFIRM_ROUNDS, CONFIRM_MAX = 0.10, 2, 6  # `Choices.tune`: the contenders, timed again
 
 STATS: collections.Counter = collections.Counter()
 """What this process did: configs `chosen_only` (one candidate), `chosen_memory`, `chosen_disk`,
 `chosen_table`, `chosen_table_nearest`, `tuned`, `chosen_first` (WORKBENCH_AUTOTUNE=off), `fallback`
 (jax-triton's autotuning); kernels `kernels_loaded` (from disk), `kernels_compiled`."""
+CHOSEN: dict[str, dict[str, Any]] = {}  # this process's choices by key (first seen): kernel, key values, config, source
 
 _LOCK = threading.Lock()
 
@@ -593,6 +593,8 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
             STATS["fallback"] += 1
             return launch(*args, kernel=kernel, num_warps=num_warps, num_stages=num_stages, **common, **metaparams)
     STATS[f"chosen_{choice.source}"] += 1
+    CHOSEN.setdefault(digest(p.key), {"kernel": p.key["kernel"], "key": p.key["key"],
+                                      "config": config_fields(choice.config), "source": choice.source})
     return launch_with(choice.config, args)
 
 
