@@ -34,6 +34,7 @@ def cache_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(autotune, "_WARNED", set())
     monkeypatch.setattr(autotune, "_CHOICES", {})
     monkeypatch.setattr(autotune, "STATS", autotune.collections.Counter())
+    monkeypatch.setattr(autotune, "CHOSEN", {})
     return folder
 
 
@@ -248,6 +249,47 @@ def test_the_fastest_is_chosen_stored_and_found_again_without_timing(tmp_path):
                   _key(versions={"triton": "3.7.0", "jax_triton": "0.3.1"})):
         assert fresh.lookup(other, configs) is None
     assert autotune.Choices(store).lookup(key, configs[:1]).source == "only"  # one candidate: nothing to time
+
+
+class SequenceTimer(Timer):
+    """A stub timer whose configs (by BV) give their listed times in turn."""
+
+    def __call__(self, config):
+        self.calls.append(config.kwargs["BV"])
+        result = self.times[config.kwargs["BV"]].pop(0)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+
+def test_near_equal_candidates_are_timed_again_and_ranked_by_their_median(tmp_path):
+    """BV=16 wins its first timing by luck (0.95 ms) but is 1.3 ms twice after; BV=32 is 1.0 ms each time;
+    BV=64, 30 % slower, is timed once. The median picks BV=32 and the cache keeps every timing."""
+    store = autotune.Store(tmp_path)
+    timer = SequenceTimer({16: [0.95, 1.3, 1.3], 32: [1.0, 1.0, 1.0], 64: [1.3]})
+    choice = autotune.Choices(store).tune(_key(), _configs(), timer)
+    assert choice.config.kwargs["BV"] == 32
+    assert timer.calls == [16, 32, 64] + [16, 32] * autotune.CONFIRM_ROUNDS  # round by round, fastest first
+    timings = store.read(_key())["timings_ms"]
+    assert [t.get("again") for t in timings] == [[1.3, 1.3], [1.0, 1.0], None]
+    assert store.read(_key())["config"] == autotune.config_fields(_configs()[1])
+
+
+def test_a_contender_that_fails_when_timed_again_loses(tmp_path):
+    timer = SequenceTimer({16: [1.0, RuntimeError("launch failed"), 1.0], 32: [1.05, 1.05, 1.05], 64: [5.0]})
+    choice = autotune.Choices(autotune.Store(tmp_path)).tune(_key(), _configs(), timer)
+    assert choice.config.kwargs["BV"] == 16  # median of (1.0, inf, 1.0) is 1.0: one failure is an outlier
+    timer = SequenceTimer({16: [1.0, RuntimeError("x"), RuntimeError("y")], 32: [1.05, 1.05, 1.05], 64: [5.0]})
+    choice = autotune.Choices(autotune.Store(tmp_path / "b")).tune(_key(), _configs(), timer)
+    assert choice.config.kwargs["BV"] == 32
+    assert autotune.Store(tmp_path / "b").read(_key())["timings_ms"][0]["again"] == [None, None]
+
+
+def test_a_clear_winner_is_not_timed_again(tmp_path):
+    timer = Timer({16: 2.0, 32: 1.0, 64: 1.0 * (1 + autotune.CONFIRM_MARGIN) + 0.01})
+    choice = autotune.Choices(autotune.Store(tmp_path)).tune(_key(), _configs(), timer)
+    assert (choice.config.kwargs["BV"], timer.calls) == (32, [16, 32, 64])
+    assert all("again" not in t for t in autotune.Store(tmp_path).read(_key())["timings_ms"])
 
 
 def test_refresh_times_again_once_and_overwrites(tmp_path):
@@ -472,7 +514,9 @@ def test_stand_ins_offered_to_every_launch_are_taken_where_the_kernel_has_them()
     offered = _bounds.StandIns(cu_seqlens=CU, bounds=np.zeros((4, 2), np.int32))  # the kernel has no bounds
     timed = []
     jax.jit(lambda *xs: _gpu_call(xs, Launcher(), lambda c, r: timed.append(c) or 1.0, tune_inputs=offered))(*_arrays())
-    assert len(timed) == 3 and autotune.STATS["chosen_tuned"] == 1 and autotune.STATS["fallback"] == 0
+    # every candidate timed once, and (all tie at 1 ms) again in each confirming round
+    assert len(timed) == 3 * (1 + autotune.CONFIRM_ROUNDS) and autotune.STATS["chosen_tuned"] == 1
+    assert autotune.STATS["fallback"] == 0
 
 
 def _glue_cases():
@@ -903,11 +947,19 @@ def test_the_default_mode_launches_the_table_config_untimed(cache_dir, tmp_path,
     _gpu_call(args, launcher, timer, tune_inputs={"cu_seqlens": CU})
     assert autotune.STATS["chosen_table"] == 1 and "chosen_tuned" not in autotune.STATS
     assert launcher.launches[-1]["num_warps"] == p.candidates[-1].num_warps
+    chosen = {"kernel": "recurrent_fwd_kernel", "key": p.key["key"], "source": "table",
+              "config": autotune.config_fields(p.candidates[-1])}
+    assert list(autotune.CHOSEN.values()) == [chosen]  # what a bench record lists
     monkeypatch.setattr(autotune, "_CHOICES", {})
+    monkeypatch.setattr(autotune, "CHOSEN", {})
     monkeypatch.setenv(autotune.MODE_VAR, "on")
     timed = []
     _gpu_call(args, launcher, lambda config, run: timed.append(config) or 1.0, tune_inputs={"cu_seqlens": CU})
-    assert len(timed) == len(p.candidates) and autotune.STATS["chosen_tuned"] == 1
+    assert len(timed) == len(p.candidates) * (1 + autotune.CONFIRM_ROUNDS) and autotune.STATS["chosen_tuned"] == 1  # all tie
+    _gpu_call(args, launcher, timer, tune_inputs={"cu_seqlens": CU})  # the same key again: from memory
+    assert autotune.STATS["chosen_memory"] == 1
+    tuned = {**chosen, "source": "tuned", "config": autotune.config_fields(p.candidates[0])}
+    assert list(autotune.CHOSEN.values()) == [tuned]  # where the choice first came from
 
 
 SHIPPED_TABLE_CHECK = """

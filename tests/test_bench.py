@@ -207,9 +207,10 @@ class _Clock:
 
 def test_copies_time_the_device_per_copy_where_calls_time_the_host(monkeypatch):
     """A pass whose device work (0.25 ms) is shorter than the host's dispatch (0.5 ms): timed by calls it
-    measures the host; as n = ⌈CHAIN_MS / 0.75⌉ = 3 copies in one program they share one dispatch, so the
-    time per copy comes down to 0.25 + 0.5 / 3. The n the program could hold is the one divided by. The
-    plain call's result is what the row is checked with."""
+    measures the host; as n = ⌈CHAIN_MS / 0.75⌉ = 3 copies in one program they share one dispatch (1.25 ms,
+    0.417 ms per copy), and sized again from that, n = ⌈2 / 0.417⌉ = 5 copies bring the time per copy
+    down to 0.25 + 0.5 / 5. The n the program could hold is the one divided by. The plain call's result
+    is what the row is checked with."""
     from workbench import device_time
     from workbench.bench import timing
 
@@ -230,10 +231,13 @@ def test_copies_time_the_device_per_copy_where_calls_time_the_host(monkeypatch):
     calls_ms, _ = bench.time_ms(plain, lambda out: None, iters=4, reps=2)
     ms, out, n = bench.time_copies_ms(copies, plain, lambda out: None, iters=4, reps=2)
     assert calls_ms["median"] == pytest.approx(0.75)
-    assert (n, asked, out) == (3, [3], "plain")
-    assert ms["median"] == ms["min"] == ms["p90"] == pytest.approx(0.25 + 0.5 / 3)
+    assert (n, asked, out) == (5, [3, 5], "plain")
+    assert [ms[k] for k in ("median", "min", "p90")] == pytest.approx([0.25 + 0.5 / 5] * 3)
     ms, _, n = bench.time_copies_ms(lambda n: copies(n, cap=2), plain, lambda out: None, iters=1)
     assert n == 2 and ms["median"] == pytest.approx(0.25 + 0.5 / 2)  # memory allowed only 2
+    monkeypatch.setattr(device_time, "MAX_CHAIN", 4)
+    asked.clear()
+    assert bench.time_copies_ms(copies, plain, lambda out: None, iters=1)[2] == 4 and asked == [3, 4]
     monkeypatch.setattr(device_time, "MAX_CHAIN", 2)
     assert bench.time_copies_ms(copies, plain, lambda out: None, iters=1)[2] == 2
     monkeypatch.setattr(device_time, "CHAIN_MS", 0.1)  # a call longer than CHAIN_MS: one copy

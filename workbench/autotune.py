@@ -57,6 +57,7 @@ import hashlib
 import json
 import math
 import os
+import statistics
 import tempfile
 import threading
 import time
@@ -71,11 +72,13 @@ CACHE_VAR = "WORKBENCH_CACHE_DIR"
 MODES = ("table", "on", "off", "refresh")
 TABLE_VAR = "WORKBENCH_TUNING_TABLE"  # a folder of table files to read instead of the package's (tests, a new table)
 FORMAT = 1  # of the files; part of every key, so a new layout never reads an old file
+CONFIRM_MARGIN, CONFIRM_ROUNDS, CONFIRM_MAX = 0.10, 2, 6  # `Choices.tune`: the contenders, timed again
 
 STATS: collections.Counter = collections.Counter()
 """What this process did: configs `chosen_only` (one candidate), `chosen_memory`, `chosen_disk`,
 `chosen_table`, `chosen_table_nearest`, `tuned`, `chosen_first` (WORKBENCH_AUTOTUNE=off), `fallback`
 (jax-triton's autotuning); kernels `kernels_loaded` (from disk), `kernels_compiled`."""
+CHOSEN: dict[str, dict[str, Any]] = {}  # this process's choices by key (first seen): kernel, key values, config, source
 
 _LOCK = threading.Lock()
 
@@ -293,27 +296,44 @@ class Choices:
         return Choice(candidates[index], source)
 
     def tune(self, key: Mapping[str, Any], candidates: Sequence[Any], timer: Callable[[Any], float]) -> Choice:
-        """Time every candidate (`timer(config)` → ms; an exception counts as never finishing), keep the
-        fastest (the first of equals) in memory and on disk. Raises if no candidate ran."""
+        """Time every candidate (`timer(config)` → ms; an exception counts as never finishing); then time
+        the contenders, every candidate within CONFIRM_MARGIN of the fastest (at most CONFIRM_MAX, the
+        fastest first), CONFIRM_ROUNDS more times, round by round, and rank them by the median of their
+        timings: one lucky or unlucky sample does not decide between configs the timer cannot tell apart.
+        Keep the fastest (the first of equals) in memory and on disk. Raises if no candidate ran."""
         times: list[float] = []
         errors: list[str | None] = []
         first_error: BaseException | None = None
-        for config in candidates:
+
+        def timed(config) -> tuple[float, str | None]:
+            nonlocal first_error
             try:
                 ms = float(timer(config))
-                error = None if math.isfinite(ms) else "did not finish"
+                return ms, (None if math.isfinite(ms) else "did not finish")
             except Exception as exc:  # a config that does not compile or launch (shared memory) loses
-                ms, error = math.inf, f"{type(exc).__name__}: {exc}"[:500]
                 first_error = first_error or exc
+                return math.inf, f"{type(exc).__name__}: {exc}"[:500]
+
+        for config in candidates:
+            ms, error = timed(config)
             times.append(ms)
             errors.append(error)
         best = min(range(len(candidates)), key=lambda i: times[i])
         if not math.isfinite(times[best]):
             raise RuntimeError(f"autotune: no config of {key.get('kernel')} ran: {errors[0]}") from first_error
+        contenders = sorted((i for i in range(len(candidates)) if times[i] <= times[best] * (1 + CONFIRM_MARGIN)),
+                            key=lambda i: (times[i], i))[:CONFIRM_MAX]
+        again: dict[int, list[float]] = {}
+        if len(contenders) > 1:
+            for _ in range(CONFIRM_ROUNDS):
+                for i in contenders:
+                    again.setdefault(i, []).append(timed(candidates[i])[0])
+            best = min(contenders, key=lambda i: (statistics.median([times[i], *again[i]]), i))
         self.store.write(key, {
             "config": config_fields(candidates[best]),
-            "timings_ms": [{"config": config_fields(c), "ms": t if math.isfinite(t) else None, "error": e}
-                           for c, t, e in zip(candidates, times, errors)],
+            "timings_ms": [{"config": config_fields(c), "ms": t if math.isfinite(t) else None, "error": e,
+                            **({"again": [a if math.isfinite(a) else None for a in again[i]]} if i in again else {})}
+                           for i, (c, t, e) in enumerate(zip(candidates, times, errors))],
             "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         })
         with _LOCK:
@@ -573,6 +593,8 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
             STATS["fallback"] += 1
             return launch(*args, kernel=kernel, num_warps=num_warps, num_stages=num_stages, **common, **metaparams)
     STATS[f"chosen_{choice.source}"] += 1
+    CHOSEN.setdefault(digest(p.key), {"kernel": p.key["kernel"], "key": p.key["key"],
+                                      "config": config_fields(choice.config), "source": choice.source})
     return launch_with(choice.config, args)
 
 

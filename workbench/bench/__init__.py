@@ -6,6 +6,7 @@ libraries' kernels for the same math, peers.py), its variants and its pure-JAX r
 row's outputs and gradients against an independent one. Each run writes ONE new file
 `<out>/<op>-<UTC timestamp>.json` (records.py), never overwriting one; its keys: `op, harness, command,
 interpreted, date, device {name, kind, platform, driver, peak_bytes_per_s}, versions, git {commit, dirty},
+autotune {mode, stats, chosen [{kernel, key, config, source}]: each autotuned kernel's config and its origin},
 shape_set, shapes, tokens (the --T filter or None), dtype, iters, reps, timer, implementations, peers [{peer, status,
 reason?}], limits {name: {max_T, why}}, error_sources, skipped [{shape, implementation, reason}], results`;
 each result has `shape, implementation, kind, pass, ms {median, min, p90}, timer, copies, bytes, gb_per_s,

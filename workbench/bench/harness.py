@@ -27,6 +27,7 @@ test, the record marked `"interpreted": true`); others are refused (`Refused`).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -297,8 +298,10 @@ class _Run:
             "op": self.op_name, "harness": "workbench.bench", "command": self.command, "interpreted": launch.INTERPRET,
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "device": self.device,
             "versions": versions(sorted(set(self.used_modules))), "git": git_state(),
-            # how the kernels' configs were chosen: WORKBENCH_AUTOTUNE and what autotune did in this process
-            "autotune": {"mode": autotune.mode(), "stats": dict(autotune.STATS)},
+            # how the kernels' configs were chosen: WORKBENCH_AUTOTUNE, what autotune did in this process, and
+            # each autotuned kernel's config by key (where it came from: table, tuned, disk, ...)
+            "autotune": {"mode": autotune.mode(), "stats": dict(autotune.STATS),
+                         "chosen": sorted(autotune.CHOSEN.values(), key=lambda c: json.dumps(c, sort_keys=True))},
             "shape_set": self.shape_set, "shapes": [dict(s) for s in self.shapes],
             "tokens": None if self.tokens is None else list(self.tokens),
             "dtype": op.dtype, "iters": self.iters, "reps": self.reps, "timer": self.timer,

@@ -58,11 +58,19 @@ def time_copies_ms(copies: Callable[[int], tuple[Callable[[], Any], int]], plain
     when one call outlasts the dispatch of the next. n copies in one program are one dispatch: n =
     `device_time.copies_for` the plain call's best time (⌈CHAIN_MS / it⌉, at most MAX_CHAIN; 1 for a call
     of CHAIN_MS or more) over ESTIMATE_ITERS samples after its warm-up, and fewer
-    where their inputs and outputs would pass COPIES_BYTES.
+    where their inputs and outputs would pass COPIES_BYTES. That estimate is the host's pace where the
+    host is the slower: the copies then hold less than CHAIN_MS of the device's work, so n is sized again
+    from the best time per copy of those samples, and the program of the larger n timed instead.
     """
     estimate, out = time_ms(plain, block, ESTIMATE_ITERS, warmup, reps)
     call, n = copies(device_time.copies_for(estimate["min"]))
     ms, _ = time_ms(call, block, iters, 1, reps)
+    wanted = device_time.copies_for(ms["min"] / n)
+    if wanted > n:
+        more, m = copies(wanted)
+        if m > n:
+            call, n = more, m
+            ms, _ = time_ms(call, block, iters, 1, reps)
     return {k: v / n for k, v in ms.items()}, out, n
 
 
