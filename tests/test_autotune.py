@@ -1100,21 +1100,25 @@ def _bench_launches(op_name: str, shape_set: str, dtype: str) -> list:
     return seen
 
 
-@pytest.mark.parametrize("device,op_name", [("NVIDIA H100 80GB HBM3", op) for op in ("recurrent", "chunk_gla", "chunk_kda")]
-                         + [("NVIDIA H200", op) for op in ("recurrent", "chunk_gla")])
+@pytest.mark.parametrize("device,op_name", [(device, op) for device in ("NVIDIA H100 80GB HBM3", "NVIDIA H200")
+                                             for op in ("recurrent", "chunk_gla", "chunk_kda")])
 def test_the_shipped_tables_serve_every_bench_launch_without_timing(device, op_name):
     """The GPU kind's table answers every autotuned launch of the op's bench shapes from an entry made at
-    that key (`target`, `sweep`: "table") and every launch of `off_table` (T = 3000, H = 12) from the
-    nearest one: a first call there times nothing. Keys as the GPU launcher makes them (`autotune.plan`
-    with the launch's grid); the source hash is the entries' (the test above holds those to the current
-    kernels). The H200 file covers recurrent and chunk_gla only (workbench/tuning/README.md)."""
+    that key (`target`, `sweep` and chunk_kda's `wide`: "table") and every launch of `off_table` (T = 3000,
+    H = 12) from the nearest one: a first call there times nothing. Keys as the GPU launcher makes them
+    (`autotune.plan` with the launch's grid); the source hash is the entries' (the test above holds those
+    to the current kernels)."""
     from triton.runtime.autotuner import Autotuner
 
     from workbench import tuning_table
 
     table = tuning_table.Table.load(device)
     sources = {e["kernel"]: e["source"] for e in table.entries}
-    for shape_set, want in (("target", "table"), ("sweep", "table"), ("off_table", "table_nearest")):
+    from workbench.bench.specs import OPS
+
+    sets = [("target", "table"), ("sweep", "table"), ("off_table", "table_nearest")]
+    sets += [("wide", "table")] if "wide" in OPS[op_name].shape_sets else []
+    for shape_set, want in sets:
         answers = collections.Counter()
         for seen in _bench_launches(op_name, shape_set, "bfloat16"):
             if not isinstance(seen.kernel, Autotuner):
