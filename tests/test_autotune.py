@@ -1111,11 +1111,10 @@ def test_the_shipped_tables_serve_every_bench_launch_without_timing(device, op_n
     from triton.runtime.autotuner import Autotuner
 
     from workbench import tuning_table
+    from workbench.bench.specs import OPS
 
     table = tuning_table.Table.load(device)
     sources = {e["kernel"]: e["source"] for e in table.entries}
-    from workbench.bench.specs import OPS
-
     sets = [("target", "table"), ("sweep", "table"), ("off_table", "table_nearest")]
     sets += [("wide", "table")] if "wide" in OPS[op_name].shape_sets else []
     for shape_set, want in sets:
