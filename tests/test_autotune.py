@@ -1100,6 +1100,46 @@ def _bench_launches(op_name: str, shape_set: str, dtype: str) -> list:
     return seen
 
 
+GRID = [(op, dtype, k) for op in ("recurrent", "chunk_gla", "chunk_kda") for dtype in ("bfloat16", "float16", "float32")
+        for k in (64, 128, 256) if (op, dtype, k) != ("chunk_gla", "float32", 256)]  # that one does not run
+
+
+@pytest.mark.parametrize("device", ["NVIDIA H100 80GB HBM3", "NVIDIA H200"])
+def test_the_shipped_tables_cover_the_grid_of_dtypes_and_head_dims(device):
+    """workbench/tuning/README.md's grid: on each GPU kind, every autotuned launch of each op's target shape
+    (chunk_kda's `wide` set at K = 256) in bfloat16, float16 and float32 at K = V = 64, 128 and 256 is answered
+    by an entry made at that key ("table", not the nearest), chunk_gla in float32 at 256 excepted."""
+    from triton.runtime.autotuner import Autotuner
+
+    from workbench import tuning_table
+    from workbench.bench.specs import OPS
+    from workbench.bench.tune import shapes_of
+
+    table = tuning_table.Table.load(device)
+    sources = {e["kernel"]: e["source"] for e in table.entries}
+    missing, answered = [], 0
+    for op_name, dtype, k in GRID:
+        sets = ["wide"] if op_name == "chunk_kda" and k == 256 else ["target"]
+        seen = []
+        with launch.observing(seen.append):
+            for shape in shapes_of(op_name, sets, [k]):
+                OPS[op_name].trace(shape, dtype)
+        for launched in seen:
+            if not isinstance(launched.kernel, Autotuner):
+                continue
+            p = autotune.plan(launched.kernel, launched.args, launched.out_shapes, launched.metaparams,
+                              grid=launched.grid, device=table.device, versions={"triton": triton.__version__})
+            if len(p.candidates) == 1:
+                continue
+            found = table.choose({**p.key, "source": sources.get(p.key["kernel"])},
+                                 [autotune.config_fields(c) for c in p.candidates])
+            answered += 1
+            if found is None or found[1] != "table":
+                missing.append((op_name, dtype, k, p.key["kernel"], found and found[1]))
+    assert not missing, missing
+    assert answered >= 3 * len(GRID), answered
+
+
 @pytest.mark.parametrize("device,op_name", [(device, op) for device in ("NVIDIA H100 80GB HBM3", "NVIDIA H200")
                                              for op in ("recurrent", "chunk_gla", "chunk_kda")])
 def test_the_shipped_tables_serve_every_bench_launch_without_timing(device, op_name):
