@@ -1088,16 +1088,32 @@ def test_a_kernels_source_hash_follows_its_helpers_and_constexpr_globals(tmp_pat
     assert (base == other) == (change == "none"), (change, base, other)
 
 
-def _bench_launches(op_name: str, shape_set: str, dtype: str) -> list:
-    """Every launch of the op's Triton forward alone and forward+backward at the bench shape set, traced
-    abstractly on the CPU (nothing runs), as `launch.Launch` records."""
+def _table_answers(table, op_name: str, shape_set: str, dtype: str, head_dims=()) -> list:
+    """Trace the op's Triton forward alone and forward+backward at the bench shape set (at `head_dims` if
+    given, as `workbench tune --head-dims`), abstractly on the CPU (nothing runs), and ask `table` for each
+    autotuned launch of more than one candidate: one (kernel, key values, `Table.choose`'s answer) per
+    launch. Keys as the GPU launcher makes them (`autotune.plan` with the launch's grid); the source hash is
+    the entries' (`test_the_shipped_tables_entries_serve_the_current_kernels` holds those to the kernels)."""
+    from triton.runtime.autotuner import Autotuner
+
     from workbench.bench.specs import OPS
+    from workbench.bench.tune import shapes_of
 
     seen = []
     with launch.observing(seen.append):
-        for shape in OPS[op_name].shape_sets[shape_set]:
+        for shape in shapes_of(op_name, [shape_set], head_dims):
             OPS[op_name].trace(shape, dtype)
-    return seen
+    sources = {e["kernel"]: e["source"] for e in table.entries}
+    out = []
+    for launched in seen:
+        if not isinstance(launched.kernel, Autotuner):
+            continue
+        p = autotune.plan(launched.kernel, launched.args, launched.out_shapes, launched.metaparams,
+                          grid=launched.grid, device=table.device, versions={"triton": triton.__version__})
+        if len(p.candidates) > 1:
+            out.append((p.key["kernel"], p.key["key"], table.choose(
+                {**p.key, "source": sources.get(p.key["kernel"])}, [autotune.config_fields(c) for c in p.candidates])))
+    return out
 
 
 GRID = [(op, dtype, k) for op in ("recurrent", "chunk_gla", "chunk_kda") for dtype in ("bfloat16", "float16", "float32")
@@ -1109,33 +1125,16 @@ def test_the_shipped_tables_cover_the_grid_of_dtypes_and_head_dims(device):
     """workbench/tuning/README.md's grid: on each GPU kind, every autotuned launch of each op's target shape
     (chunk_kda's `wide` set at K = 256) in bfloat16, float16 and float32 at K = V = 64, 128 and 256 is answered
     by an entry made at that key ("table", not the nearest), chunk_gla in float32 at 256 excepted."""
-    from triton.runtime.autotuner import Autotuner
-
     from workbench import tuning_table
-    from workbench.bench.specs import OPS
-    from workbench.bench.tune import shapes_of
 
     table = tuning_table.Table.load(device)
-    sources = {e["kernel"]: e["source"] for e in table.entries}
     missing, answered = [], 0
     for op_name, dtype, k in GRID:
-        sets = ["wide"] if op_name == "chunk_kda" and k == 256 else ["target"]
-        seen = []
-        with launch.observing(seen.append):
-            for shape in shapes_of(op_name, sets, [k]):
-                OPS[op_name].trace(shape, dtype)
-        for launched in seen:
-            if not isinstance(launched.kernel, Autotuner):
-                continue
-            p = autotune.plan(launched.kernel, launched.args, launched.out_shapes, launched.metaparams,
-                              grid=launched.grid, device=table.device, versions={"triton": triton.__version__})
-            if len(p.candidates) == 1:
-                continue
-            found = table.choose({**p.key, "source": sources.get(p.key["kernel"])},
-                                 [autotune.config_fields(c) for c in p.candidates])
+        shape_set = "wide" if op_name == "chunk_kda" and k == 256 else "target"
+        for kernel, _, found in _table_answers(table, op_name, shape_set, dtype, [k]):
             answered += 1
             if found is None or found[1] != "table":
-                missing.append((op_name, dtype, k, p.key["kernel"], found and found[1]))
+                missing.append((op_name, dtype, k, kernel, found and found[1]))
     assert not missing, missing
     assert answered >= 3 * len(GRID), answered
 
@@ -1145,29 +1144,16 @@ def test_the_shipped_tables_cover_the_grid_of_dtypes_and_head_dims(device):
 def test_the_shipped_tables_serve_every_bench_launch_without_timing(device, op_name):
     """The GPU kind's table answers every autotuned launch of the op's bench shapes from an entry made at
     that key (`target`, `sweep` and chunk_kda's `wide`: "table") and every launch of `off_table` (T = 3000,
-    H = 12) from the nearest one: a first call there times nothing. Keys as the GPU launcher makes them
-    (`autotune.plan` with the launch's grid); the source hash is the entries' (the test above holds those
-    to the current kernels)."""
-    from triton.runtime.autotuner import Autotuner
-
+    H = 12) from the nearest one: a first call there times nothing (`_table_answers`)."""
     from workbench import tuning_table
     from workbench.bench.specs import OPS
 
     table = tuning_table.Table.load(device)
-    sources = {e["kernel"]: e["source"] for e in table.entries}
     sets = [("target", "table"), ("sweep", "table"), ("off_table", "table_nearest")]
     sets += [("wide", "table")] if "wide" in OPS[op_name].shape_sets else []
     for shape_set, want in sets:
         answers = collections.Counter()
-        for seen in _bench_launches(op_name, shape_set, "bfloat16"):
-            if not isinstance(seen.kernel, Autotuner):
-                continue
-            p = autotune.plan(seen.kernel, seen.args, seen.out_shapes, seen.metaparams, grid=seen.grid,
-                              device=table.device, versions={"triton": triton.__version__})
-            if len(p.candidates) == 1:
-                continue
-            found = table.choose({**p.key, "source": sources.get(p.key["kernel"])},
-                                 [autotune.config_fields(c) for c in p.candidates])
+        for kernel, key, found in _table_answers(table, op_name, shape_set, "bfloat16"):
             answers[found and found[1]] += 1
-            assert found is not None and found[1] == want, (shape_set, p.key["kernel"], p.key["key"], found)
+            assert found is not None and found[1] == want, (shape_set, kernel, key, found)
         assert sum(answers.values()) >= 2, answers
