@@ -1,21 +1,20 @@
 """Autotuning that is remembered: on a GPU the launcher chooses an `@triton.autotune` kernel's config
-itself, once per key, and keeps the choice and the compiled kernels on disk (docs/autotune.md).
+itself, once per key, and keeps the choice on disk (docs/autotune.md).
 
-jax-triton, left to itself, compiles every config of an autotuned kernel while it lowers a call (in the
-process, with no disk cache) and jaxlib benchmarks them all at the first execution; the winner is only
-logged. Every new shape, in every new process, pays for all of it. Here, for each call of an
-autotuned kernel (`launch.triton_call`, GPU branch):
+Left to Triton's or jaxlib's autotuning, every config of an autotuned kernel is compiled and benchmarked
+at the first execution of each new shape in each new process, and the winner is forgotten. Here, for each
+call of an autotuned kernel (`launch.triton_call`, GPU branch):
 
 1. candidates: the kernel's configs that agree with the call's meta-parameters, then its
-   `prune_configs_by` (`early_config_prune`, `perf_model`/`top_k`), given the named arguments as
-   jax-triton gives them (abstract arrays, scalars, outputs);
+   `prune_configs_by` (`early_config_prune`, `perf_model`/`top_k`), given the named arguments as the
+   launcher binds them (abstract arrays, scalars, outputs);
 2. key: the kernel's source hash (`source_hash`: its source, the `@triton.jit` helpers it reaches and
    their constexpr globals; independent of what was hashed before, unlike Triton's `cache_key`), the
    candidates, the values of the kernel's autotune `key=` arguments (arrays as shape and
    dtype; flags computed by its `@triton.heuristics` included) and `programs` (the launch's grid size
    with the first candidate's blocks, rounded to a power of two: how much of the GPU the launch fills,
    which neither batch nor sequence length enters otherwise), every array argument's dtype and whether it
-   is given, the device kind, and the Triton and jax-triton versions;
+   is given, the device kind, and the Triton version;
 3. choice: remembered in this process, else read from `$WORKBENCH_CACHE_DIR/autotune/<sha256>.json`,
    else (the default mode) the shipped tuning table's entry for the key, or the nearest one of the same
    kernel on the same GPU kind (`tuning_table`: nothing is timed), else *tuned ahead*: while the
@@ -25,14 +24,12 @@ autotuned kernel (`launch.triton_call`, GPU branch):
    calls the host's dispatch would pace); the fastest is stored. Integer arrays (sequence bounds,
    chunk-slot tables, seeds) cannot be made up: a kernel would read out of bounds. They are used when
    concrete, or taken from the caller's stand-ins (`triton_call(..., tune_inputs={name: array})`);
-   a traced one without a stand-in makes that call fall back to jax-triton's own autotuning, uncached,
-   with one warning per kernel naming the argument. A single candidate needs no timing at all.
-4. launch: jax-triton with the kernel under the autotuner (its heuristics still evaluated by
-   jax-triton), the chosen config's kwargs as meta-parameters and its warps, stages and CTAs: one
-   kernel is compiled, not one per config.
-5. compiled kernels: jax-triton's `get_or_create_triton_kernel` is wrapped so that a kernel compiled
-   once is kept in `$WORKBENCH_CACHE_DIR/kernels/<sha256>.json` (PTX, TTIR, name, shared memory,
-   specialization) and rebuilt from there by the next process instead of compiled again.
+   a traced one without a stand-in makes that call fall back to jaxlib's autotuning at its first run
+   (`gpu_call.launch_autotuned`), uncached, with one warning per kernel naming the argument. A single
+   candidate needs no timing at all.
+4. launch: `gpu_call.launch` with the kernel under the autotuner (its heuristics evaluated there), the
+   chosen config's kwargs as meta-parameters and its warps, stages and CTAs: one kernel is compiled, not
+   one per config, and `gpu_call` keeps it on disk (`<cache>/kernels/`).
 
 WORKBENCH_AUTOTUNE=table (default) reads and writes both caches, then asks the tuning table, and tunes
 ahead only where neither has a choice; `on` skips the table (the cache, else tuning); `refresh` tunes
@@ -40,51 +37,44 @@ again (once per key and process) and overwrites; `off` uses neither cache nor th
 each autotuned kernel runs its first candidate (step 1's list), compiled anew in each process.
 Cache files are written to a temporary file in the same folder and renamed, so two processes writing
 one key leave one whole file; a file that cannot be read or parsed is ignored with a warning and
-replaced, an unwritable folder is a warning: the cache never makes a call fail.
+replaced, an unwritable folder is a warning: the cache never makes a call fail (`workbench.cache`).
 
 None of this runs in Triton's interpreter (CPU), which keeps choosing configs as `launch` says. The
-pieces that need no GPU (keys, store, choice, kernel cache) take their collaborators as arguments so
-that tests/test_autotune.py can drive them on a CPU with stub timers and launchers.
+pieces that need no GPU (keys, store, choice) take their collaborators as arguments so that
+tests/test_autotune.py can drive them on a CPU with stub timers and launchers.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import functools
 import hashlib
-import json
 import math
 import os
 import statistics
-import tempfile
 import threading
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-MODE_VAR = "WORKBENCH_AUTOTUNE"
-CACHE_VAR = "WORKBENCH_CACHE_DIR"
-MODES = ("table", "on", "off", "refresh")
+from . import signature
+# re-exported where the autotuner's users find them: the cache folder's names and the kernels' source hash
+from .cache import CACHE_VAR, FORMAT, MODE_VAR, MODES, CacheWarning, Store, cache_dir, canonical, digest, mode  # noqa: F401
+from .kernel_hash import source_hash
+
 TABLE_VAR = "WORKBENCH_TUNING_TABLE"  # a folder of table files to read instead of the package's (tests, a new table)
-FORMAT = 1  # of the files; part of every key, so a new layout never reads an old file
 CONFIRM_MARGIN, CONFIRM_ROUNDS, CONFIRM_MAX = 0.10, 2, 6  # `Choices.tune`: the contenders, timed again
 
 STATS: collections.Counter = collections.Counter()
 """What this process did: configs `chosen_only` (one candidate), `chosen_memory`, `chosen_disk`,
 `chosen_table`, `chosen_table_nearest`, `tuned`, `chosen_first` (WORKBENCH_AUTOTUNE=off), `fallback`
-(jax-triton's autotuning); kernels `kernels_loaded` (from disk), `kernels_compiled`."""
+(jaxlib's autotuning). Compiled kernels are counted in `gpu_call.STATS`."""
 CHOSEN: dict[str, dict[str, Any]] = {}  # this process's choices by key (first seen): kernel, key values, config, source
 
 _LOCK = threading.Lock()
-
-
-class CacheWarning(UserWarning):
-    """A cache file or folder that could not be used; the call goes on without it."""
 
 
 # ----------------------------------------------------------------------------- environment
@@ -95,86 +85,6 @@ def table_folder() -> Path:
     from . import tuning_table  # here: tests load this file alone, without the package
 
     return Path(os.environ.get(TABLE_VAR) or tuning_table.FOLDER)
-
-
-def mode() -> str:
-    """WORKBENCH_AUTOTUNE: `table` (default), `on`, `off` or `refresh`."""
-    value = os.environ.get(MODE_VAR, "table").strip().lower() or "table"
-    if value not in MODES:
-        raise ValueError(f"{MODE_VAR}: expected one of {', '.join(MODES)}, got {os.environ[MODE_VAR]!r}")
-    return value
-
-
-def cache_dir() -> Path:
-    """WORKBENCH_CACHE_DIR, default ~/.cache/workbench."""
-    return Path(os.environ.get(CACHE_VAR) or Path.home() / ".cache" / "workbench").expanduser()
-
-
-# ----------------------------------------------------------------------------- store
-
-
-def canonical(value: Any) -> Any:
-    """`value` as JSON gives it back (tuples become lists, unknown objects their repr)."""
-    return json.loads(json.dumps(value, default=repr))
-
-
-def digest(key: Mapping[str, Any]) -> str:
-    """sha256 of the key's canonical JSON: the file name of its entry."""
-    text = json.dumps(key, sort_keys=True, separators=(",", ":"), default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-class Store:
-    """One JSON file per key in `folder`: `{"format", "key", ...}`.
-
-    `read` returns the entry or None (no file; or a file that cannot be read, is not JSON, or holds
-    another key: then with a `CacheWarning`). `write` writes a temporary file beside the target and
-    renames it over the target (atomic on POSIX), so readers and concurrent writers only ever see
-    whole files; an error is a `CacheWarning`, never an exception.
-    """
-
-    def __init__(self, folder: Path | str):
-        self.folder = Path(folder)
-
-    def path(self, key: Mapping[str, Any]) -> Path:
-        return self.folder / f"{digest(key)}.json"
-
-    def read(self, key: Mapping[str, Any]) -> dict[str, Any] | None:
-        path = self.path(key)
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            return None
-        except (OSError, UnicodeDecodeError) as exc:
-            warnings.warn(f"workbench cache: ignoring unreadable {path}: {exc}", CacheWarning, stacklevel=2)
-            return None
-        try:
-            entry = json.loads(text)
-            if not isinstance(entry, dict) or entry.get("format") != FORMAT:
-                raise ValueError(f"not a workbench cache entry of format {FORMAT}")
-            if entry.get("key") != canonical(key):
-                raise ValueError("it holds another key")
-        except ValueError as exc:
-            warnings.warn(f"workbench cache: ignoring corrupt {path}: {exc}", CacheWarning, stacklevel=2)
-            return None
-        return entry
-
-    def write(self, key: Mapping[str, Any], entry: Mapping[str, Any]) -> Path | None:
-        path = self.path(key)
-        tmp = None
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{path.stem[:16]}-", suffix=".tmp")
-            with os.fdopen(fd, "w") as fh:
-                json.dump({**entry, "format": FORMAT, "key": canonical(key)}, fh, default=repr)
-            os.replace(tmp, path)
-            return path
-        except OSError as exc:
-            warnings.warn(f"workbench cache: could not write {path}: {exc}", CacheWarning, stacklevel=2)
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-            return None
 
 
 # ----------------------------------------------------------------------------- keys
@@ -191,35 +101,11 @@ def function_name(fn) -> str:
     return getattr(fn, "__name__", None) or fn.fn.__name__
 
 
-def source_hash(fn) -> str:
-    """A `@triton.jit` function's source hash (`workbench.kernel_hash`: its text, the helpers it reaches
-    and their constexpr globals, whatever was hashed before); a stand-in (tests) by its `cache_key`."""
-    from triton.runtime.jit import JITFunction
-
-    if isinstance(fn, JITFunction):
-        from .kernel_hash import source_hash as of_text  # here: tests load this file alone, without the package
-
-        return of_text(fn)
-    key = getattr(fn, "cache_key", None)
-    if key:
-        return str(key)
-    import inspect
-
-    return hashlib.sha256(inspect.getsource(getattr(fn, "fn", fn)).encode()).hexdigest()
-
-
 def versions() -> dict[str, str]:
-    """Triton's and jax-triton's versions (the latter read from its metadata: importing it needs a GPU)."""
-    from importlib.metadata import PackageNotFoundError, version
-
+    """The versions a choice depends on: Triton's (the compiler)."""
     import triton
 
-    out = {"triton": triton.__version__}
-    try:
-        out["jax_triton"] = version("jax-triton")
-    except PackageNotFoundError:
-        out["jax_triton"] = "absent"
-    return out
+    return {"triton": triton.__version__}
 
 
 def describe(value: Any) -> Any:
@@ -355,37 +241,24 @@ def choices_for(folder: Path) -> Choices:
 # ----------------------------------------------------------------------------- the call (GPU)
 
 
-def _unwrap(kernel):
-    """(autotuner, [heuristics values, outermost first], jitted function)."""
-    from triton.runtime.autotuner import Heuristics
-
-    fn, rules = kernel.fn, []
-    while isinstance(fn, Heuristics):
-        rules.append(fn.values)
-        fn = fn.fn
-    return kernel, rules, fn
-
-
 def _original_prune(tuner):
-    """The kernel's own `early_config_prune`: jax-triton's autotuning (the fallback of `call`) replaces it
-    with a wrapper bound to one call's meta-parameters, so it is kept aside the first time the kernel is
-    seen."""
+    """The kernel's own `early_config_prune`, kept aside the first time the kernel is seen (jax-triton, when a
+    caller also uses it on the same kernel, replaces it with a wrapper bound to one call's meta-parameters)."""
     if "_workbench_early_config_prune" not in vars(tuner):
         tuner._workbench_early_config_prune = tuner.early_config_prune
     return tuner._workbench_early_config_prune
 
 
-def is_array(a: Any) -> bool:
-    """Whether `a` is an array or abstract array (shape and dtype), not a Python scalar."""
-    return hasattr(a, "shape") and hasattr(a, "dtype") and not isinstance(a, (bool, int, float))
+is_array = signature.is_array  # re-exported
 
 
 def candidates(tuner, named: Mapping[str, Any], metaparams: Mapping[str, Any]) -> list[Any]:
-    """The configs jax-triton would autotune for this call: those whose kwargs agree with the call's
+    """The configs Triton's launcher would autotune for this call: those whose kwargs agree with the call's
     meta-parameters, then the kernel's `prune_configs_by`."""
     configs = [c for c in tuner.configs if all(c.kwargs.get(k, v) == v for k, v in metaparams.items())]
     if any(c.pre_hook is not None for c in configs):
-        raise NotImplementedError("autotune: configs with a pre_hook are not supported (nor by jax-triton)")
+        raise NotImplementedError("autotune: configs with a pre_hook are not supported (a launch from JAX runs no "
+                                  "Python before the kernel)")
     prune = _original_prune(tuner)
     if prune is not None:
         configs = prune(configs, dict(named))
@@ -402,7 +275,7 @@ def candidates(tuner, named: Mapping[str, Any], metaparams: Mapping[str, Any]) -
 def key_values(tuner, rules: Sequence[Mapping[str, Callable]], named: Mapping[str, Any],
                metaparams: Mapping[str, Any]) -> dict[str, Any]:
     """The kernel's `key=` arguments, by value; a key that names a heuristic's flag gets the flag's value
-    (evaluated as jax-triton does, on the named arguments and meta-parameters)."""
+    (evaluated as the launcher does, on the named arguments and meta-parameters)."""
     scope = {**named, **metaparams}
     for values in rules:
         for flag, rule in values.items():
@@ -438,7 +311,7 @@ def plan(kernel, args: Sequence[Any], out_shapes: Sequence[Any], metaparams: Map
     With `grid`, the key's values hold `programs` (the grid's size with the first candidate's blocks)."""
     import jax
 
-    tuner, rules, fn = _unwrap(kernel)
+    tuner, rules, fn = signature.unwrap(kernel)
     values = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) if is_array(a) else a for a in args]
     named = dict(zip(fn.arg_names, [*values, *out_shapes]))
     configs = candidates(tuner, named, metaparams)
@@ -519,31 +392,26 @@ _WARNED: set[str] = set()
 
 def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs, input_output_aliases,
          num_warps, num_stages, metaparams: Mapping[str, Any], tune_inputs: Mapping[str, Any] | None = None,
-         launch: Callable[..., Any] | None = None, timer: Callable[[Any, Callable[[], Any]], float] | None = None,
-         device: str | None = None) -> Any:
-    """`launch.triton_call`'s GPU branch: jax-triton, with configs chosen here (module docstring).
+         launch: Callable[..., Any] | None = None, launch_autotuned: Callable[..., Any] | None = None,
+         timer: Callable[[Any, Callable[[], Any]], float] | None = None, device: str | None = None) -> Any:
+    """`launch.triton_call`'s GPU branch: `workbench.gpu_call`, with configs chosen here (module docstring).
 
-    launch: jax-triton's `triton_call` (default; also installs the compiled-kernel cache); timer:
+    launch, launch_autotuned: `gpu_call.launch` and `gpu_call.launch_autotuned` (the defaults); timer:
     `timer(config, run)` → ms (`run()` launches the config once), default `device_time.time_on_device`;
-    device: the device kind in the key.
-    Tests pass stubs for all three.
+    device: the device kind in the key. Tests pass stubs for all four.
     """
     from triton.runtime.autotuner import Autotuner
 
-    from ._bounds import StandIns  # here, not at the top: tests load this file alone, without the package
+    from . import gpu_call
+    from ._bounds import StandIns
 
-    if launch is None:
-        import jax_triton
-
-        launch = jax_triton.triton_call
-        # whatever the mode: with WORKBENCH_AUTOTUNE=off the cache keeps no files, but it still builds the
-        # kernels that need global scratch or more warps than asked (jax-triton 0.3.1 drops both)
-        install_kernel_cache()
-    common = dict(out_shape=out_shapes, grid=grid, name=name, zeroed_outputs=zeroed_outputs,
+    launch = launch or gpu_call.launch
+    launch_autotuned = launch_autotuned or gpu_call.launch_autotuned
+    common = dict(out_shapes=out_shapes, grid=grid, name=name, zeroed_outputs=zeroed_outputs,
                   input_output_aliases=input_output_aliases)
     current = mode()
     if not isinstance(kernel, Autotuner):
-        return launch(*args, kernel=kernel, num_warps=num_warps, num_stages=num_stages, **common, **metaparams)
+        return launch(args, kernel=kernel, num_warps=num_warps, num_stages=num_stages, metaparams=metaparams, **common)
 
     import jax
 
@@ -559,8 +427,8 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
                              f"(arguments: {', '.join(p.arg_names[:len(args)])})")
 
     def launch_with(config, xs):
-        return launch(*xs, kernel=p.inner, num_warps=config.num_warps, num_stages=config.num_stages,
-                      num_ctas=config.num_ctas, **common, **{**metaparams, **config.kwargs})
+        return launch(xs, kernel=p.inner, num_warps=config.num_warps, num_stages=config.num_stages,
+                      num_ctas=config.num_ctas, metaparams={**metaparams, **config.kwargs}, **common)
 
     if current == "off":  # the first candidate: nothing read, timed or written
         STATS["chosen_first"] += 1
@@ -576,7 +444,7 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
                 def time_config(config):
                     if timer is not None:
                         return timer(config, lambda: launch_with(config, inputs))
-                    from .device_time import time_on_device  # here: tests load this file alone, with stub timers
+                    from .device_time import time_on_device
 
                     return time_on_device(lambda xs: launch_with(config, xs), inputs)
 
@@ -587,213 +455,12 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
                 _WARNED.add(p.key["kernel"])
             if first:
                 warnings.warn(
-                    f"autotune: {p.key['kernel']} is autotuned by jax-triton, uncached: its integer argument(s) "
+                    f"autotune: {p.key['kernel']} is autotuned at its first run, uncached: its integer argument(s) "
                     f"{', '.join(missing)} are traced and the caller passed no tune_inputs stand-in",
                     stacklevel=3)
             STATS["fallback"] += 1
-            return launch(*args, kernel=kernel, num_warps=num_warps, num_stages=num_stages, **common, **metaparams)
+            return launch_autotuned(args, configs=p.candidates, kernel=p.inner, metaparams=metaparams, **common)
     STATS[f"chosen_{choice.source}"] += 1
     CHOSEN.setdefault(digest(p.key), {"kernel": p.key["kernel"], "key": p.key["key"],
                                       "config": config_fields(choice.config), "source": choice.source})
     return launch_with(choice.config, args)
-
-
-# ----------------------------------------------------------------------------- compiled kernels (GPU)
-
-
-def kernel_key(fn, platform: str, arg_dtypes, scalar_args, *, num_warps, num_stages, num_ctas, compute_capability,
-               enable_fp_fusion, metaparams, backend: str, versions: Mapping[str, str]) -> dict[str, Any]:
-    """The key of one compiled kernel: what `get_or_create_triton_kernel` compiles from. Scalars count
-    as jax-triton specializes them (None and 1 become constants; other values are runtime arguments)."""
-    return canonical({
-        "kind": "kernel", "kernel": function_name(fn), "source": source_hash(fn), "platform": platform,
-        "arg_dtypes": list(arg_dtypes),
-        "scalars": [[i, dtype, v is None, v == 1] for i, dtype, v in scalar_args],
-        "num_warps": 4 if num_warps is None else num_warps, "num_stages": 3 if num_stages is None else num_stages,
-        "num_ctas": num_ctas, "compute_capability": compute_capability, "enable_fp_fusion": enable_fp_fusion,
-        "metaparams": sorted([k, describe(v)] for k, v in metaparams.items()),
-        "backend": backend, "versions": dict(versions),
-    })
-
-
-class KernelCache:
-    """Wraps a jax-triton `triton_lib` module's `get_or_create_triton_kernel` (and, to see the PTX,
-    its `compile_ttir_inplace`) with a disk cache of compiled kernels in `folder()`."""
-
-    def __init__(self, triton_lib, folder: Callable[[], Path], versions: Mapping[str, str]):
-        self.lib = triton_lib
-        self.folder = folder
-        self.versions = dict(versions)
-        self.memory: dict[str, Any] = {}
-        self.backends: dict[tuple, str] = {}
-        self.local = threading.local()
-        self.get_or_create = triton_lib.get_or_create_triton_kernel
-        self.compile = triton_lib.compile_ttir_inplace
-        self.replaced: dict[int, Any] = {}  # id(jax-triton's kernel) → the kernel rebuilt with its scratch
-        self.keep: list[Any] = []
-
-    def install(self) -> None:
-        self.lib.get_or_create_triton_kernel = self.get_or_create_cached
-        self.lib.compile_ttir_inplace = self.compile_captured
-
-    def compile_captured(self, ttir, backend, options, compute_capability, platform):
-        captured = getattr(self.local, "captured", None)
-        text = str(ttir) if captured is not None else None  # before the passes rewrite the module in place
-        scratch: dict[str, int] = {}
-        with _reading_launch_metadata(backend, scratch):
-            result = self.compile(ttir, backend, options, compute_capability, platform)
-        if captured is not None:
-            captured.append({"name": result.name, "shared_mem_bytes": result.shared_mem_bytes,
-                             "binary": result.binary, "ttir": text, **scratch})
-        return result
-
-    def _compiled(self, backend_init_func, platform, fn, arg_dtypes, scalar_args, kwargs):
-        """jax-triton's (kernel, attrs), and what `compile_captured` saw: [] when its in-process cache had it."""
-        self.local.captured = captured = []
-        try:
-            kernel, attrs = self.get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, **kwargs)
-        finally:
-            self.local.captured = None
-        return kernel, attrs, captured
-
-    def _launchable(self, kernel, entry: Mapping[str, Any] | None, num_warps, num_ctas, cc):
-        """The kernel jax-triton built, or the same kernel built again with what jax-triton 0.3.1 drops from
-        the compile: the global scratch it asked for (TMA descriptors made on the device:
-        `tl.make_tensor_descriptor`; launched without it, the kernel would write its descriptors to address 0),
-        and the warps it runs (warp specialization adds partitions: 4 warps become 12, and the PTX then
-        requires 384 threads per block, `.reqntid 384`, which a launch with the config's 4 warps lacks)."""
-        with _LOCK:
-            known = self.replaced.get(id(kernel))
-        if known is not None:
-            return known
-        requested = 4 if num_warps is None else num_warps
-        if not entry or not (entry.get("global_scratch_size") or entry.get("num_warps", requested) != requested):
-            return kernel
-        rebuilt = _kernel_from_entry(self.lib.triton_kernel_call_lib, entry, requested, num_ctas, cc)
-        with _LOCK:
-            self.replaced[id(kernel)] = rebuilt
-            self.keep.append(kernel)  # its id must stay unique while the mapping holds it
-        return rebuilt
-
-    def _backend(self, backend_init_func, compute_capability) -> str:
-        id_ = (backend_init_func, compute_capability)
-        if id_ not in self.backends:
-            try:
-                self.backends[id_] = str(backend_init_func(0, compute_capability).hash())
-            except Exception as exc:  # no backend hash: the versions alone key the kernel
-                self.backends[id_] = f"unknown ({type(exc).__name__})"
-        return self.backends[id_]
-
-    def get_or_create_cached(self, backend_init_func, platform, fn, arg_dtypes, scalar_args, *, num_warps,
-                             num_stages, num_ctas, compute_capability, enable_fp_fusion, metaparams, dump):
-        kwargs = dict(num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
-                      compute_capability=compute_capability, enable_fp_fusion=enable_fp_fusion,
-                      metaparams=metaparams, dump=dump)
-        lib = self.lib.triton_kernel_call_lib
-        if platform != "cuda":  # a ROCm binary is a temporary file's path
-            return self.get_or_create(backend_init_func, platform, fn, arg_dtypes, scalar_args, **kwargs)
-        cc = compute_capability if compute_capability is not None else lib.get_compute_capability(0)
-        if dump or mode() == "off":  # no disk cache; a kernel that needs global scratch still gets it
-            kernel, attrs, captured = self._compiled(backend_init_func, platform, fn, arg_dtypes, scalar_args, kwargs)
-            return self._launchable(kernel, captured[0] if captured else None, num_warps, num_ctas, cc), attrs
-        key = kernel_key(fn, platform, arg_dtypes, scalar_args, num_warps=num_warps, num_stages=num_stages,
-                         num_ctas=num_ctas, compute_capability=cc, enable_fp_fusion=enable_fp_fusion,
-                         metaparams=metaparams, backend=self._backend(backend_init_func, cc),
-                         versions=self.versions)
-        name = digest(key)
-        with _LOCK:
-            hit = self.memory.get(name)
-        if hit is not None:
-            return hit
-        store = Store(self.folder() / "kernels")
-        entry = store.read(key)
-        if entry is not None:
-            try:
-                kernel = _kernel_from_entry(lib, entry, key["num_warps"], num_ctas, cc)
-                attrs = {tuple(index): value for index, value in entry["attrs"]}
-            except (KeyError, TypeError, ValueError) as exc:
-                warnings.warn(f"workbench cache: ignoring corrupt {store.path(key)}: {exc}", CacheWarning,
-                              stacklevel=2)
-            else:
-                STATS["kernels_loaded"] += 1
-                with _LOCK:
-                    self.memory[name] = (kernel, attrs)
-                return kernel, attrs
-        kernel, attrs, captured = self._compiled(backend_init_func, platform, fn, arg_dtypes, scalar_args, kwargs)
-        if len(captured) == 1:  # compiled now (not found in jax-triton's own in-process cache)
-            STATS["kernels_compiled"] += 1
-            store.write(key, {**captured[0], "attrs": [[list(index), value] for index, value in attrs.items()]})
-        kernel = self._launchable(kernel, captured[0] if len(captured) == 1 else None, num_warps, num_ctas, cc)
-        with _LOCK:
-            self.memory[name] = (kernel, attrs)
-        return kernel, attrs
-
-
-@contextlib.contextmanager
-def _reading_launch_metadata(backend, into: dict[str, int]):
-    """While open, the backend's `make_llir` also reports what a launch needs from its metadata and jax-triton
-    0.3.1 does not keep: the global scratch (`global_scratch_size`/`_align`) and the warps the kernel runs
-    (`num_warps`, which Triton raises to the total of a warp-specialized kernel's partitions)."""
-    make_llir = getattr(backend, "make_llir", None)
-    if make_llir is None:
-        yield
-        return
-    own = "make_llir" in vars(backend)
-
-    def reading(src, metadata, *rest):
-        out = make_llir(src, metadata, *rest)
-        into["global_scratch_size"] = int(metadata.get("global_scratch_size") or 0)
-        into["global_scratch_align"] = int(metadata.get("global_scratch_align") or 1)
-        if metadata.get("num_warps"):
-            into["num_warps"] = int(metadata["num_warps"])
-        return out
-
-    backend.make_llir = reading
-    try:
-        yield
-    finally:
-        if own:
-            backend.make_llir = make_llir
-        else:
-            del backend.make_llir
-
-
-def _kernel_from_entry(lib, entry: Mapping[str, Any], num_warps: int, num_ctas: int, cc: int):
-    """jaxlib's TritonKernel of a captured compile: the warps the compile reported (else those asked for), and
-    its global scratch when it has any."""
-    args = (entry["name"], int(entry.get("num_warps") or num_warps), num_ctas, entry["shared_mem_bytes"],
-            entry["binary"], entry["ttir"], cc)
-    if entry.get("global_scratch_size"):
-        return _kernel_with_scratch(lib, args, entry["global_scratch_size"], entry.get("global_scratch_align", 1))
-    return lib.TritonKernel(*args)
-
-
-def _kernel_with_scratch(lib, args: tuple, size: int, align: int):
-    """jaxlib's TritonKernel with a per-program global scratch buffer (jaxlib > 0.11.0 takes its size and
-    alignment after the seven usual arguments)."""
-    try:
-        return lib.TritonKernel(*args, size, align)
-    except TypeError as exc:
-        from importlib.metadata import version
-
-        raise RuntimeError(f"{args[0]}: the kernel needs {size} bytes of global scratch per program (TMA "
-                           f"descriptors made on the device), which this jaxlib ({version('jaxlib')}) cannot "
-                           "launch; jaxlib 0.11.1 or newer can") from exc
-
-
-_KERNEL_CACHE: KernelCache | None = None
-
-
-def install_kernel_cache(triton_lib=None) -> KernelCache:
-    """Put the compiled-kernel cache in front of jax-triton (once per process)."""
-    global _KERNEL_CACHE
-    with _LOCK:
-        if _KERNEL_CACHE is None:
-            if triton_lib is None:
-                from jax_triton import triton_lib
-
-            from importlib.metadata import version
-
-            _KERNEL_CACHE = KernelCache(triton_lib, cache_dir, {**versions(), "jaxlib": version("jaxlib")})
-            _KERNEL_CACHE.install()
-        return _KERNEL_CACHE

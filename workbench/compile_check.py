@@ -6,14 +6,13 @@ a loop-carried variable whose type changed inside the loop, and code after a sta
 that the compiler builds too (with the placeholder of an absent argument). Both are caught here.
 
 How: `record()` collects, while an op is traced on the CPU (`jax.eval_shape` is enough: no kernel
-runs), every `launch.triton_call` as the GPU launcher would see it — argument dtypes, scalars,
-meta-parameters, and for an autotuned kernel every candidate config (`autotune.candidates`, the same
-pruning as on a GPU) with its `@triton.heuristics` flags. `compile_all` then builds each distinct
-(kernel, signature, constexprs, warps, stages) with `triton.compile` for `GPUTarget("cuda", 90, 32)`
-in a child process that imports workbench with compiled (not interpreted) Triton; Triton's own
-compiler and `ptxas` need no GPU. What it cannot see: run-time faults, resource limits of the real
-device (shared memory per block is checked at launch), and jax-triton's argument specialisation
-(pointer alignment), which changes the generated code but not whether it compiles.
+runs), every `launch.triton_call` bound as the GPU launcher binds it (`gpu_call.Bound`: the signature,
+the constants, the `@triton.heuristics` flags), and for an autotuned kernel every candidate config
+(`autotune.candidates`, the same pruning as on a GPU). `compile_all` then builds each distinct (kernel,
+signature, constexprs, warps, stages) with `compiler.compile_kernel` for sm_90 in a child process that
+imports workbench with compiled (not interpreted) Triton: the same compile the GPU launcher runs, up to a
+cubin (Triton's compiler and `ptxas` need no GPU). What it cannot see: run-time faults and the resource
+limits of the real device (shared memory per block is checked at launch).
 
     python -m workbench.compile_check specs.json [STAGE]   # the child: one JSON line per failure
 """
@@ -30,13 +29,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-TARGET = ("cuda", 90, 32)  # Hopper: compute capability 9.0, warp size 32
+CAPABILITY = 90  # Hopper (H100, H200)
 SHARED_LIMIT = 232448  # bytes of shared memory one block may ask on an H100 or H200 (227 KiB); more fails to launch
-
-
-_POINTER = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64", "int8": "i8",
-            "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "uint32": "u32", "uint64": "u64",
-            "bool": "i1"}
 
 
 @contextlib.contextmanager
@@ -61,129 +55,69 @@ def _kernel_address(kernel, fn) -> tuple[str, str]:
     raise ValueError(f"compile_check: kernel {fn.fn.__name__} is not a module attribute of {module.__name__}")
 
 
-def _constexpr_names(fn) -> set[str]:
-    """Arguments annotated `tl.constexpr` (the interpreter's function keeps no list of them)."""
-    import inspect
-
-    import triton.language as tl
-
-    if hasattr(fn, "constexprs"):
-        return {fn.arg_names[i] for i in fn.constexprs}
-    params = inspect.signature(fn.fn).parameters
-    return {name for name, p in params.items()
-            if p.annotation is tl.constexpr or "constexpr" in str(p.annotation)}
-
-
-def _scalar_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "i1"
-    if isinstance(value, int):
-        return "i32" if -2 ** 31 <= value < 2 ** 31 else "i64"
-    if isinstance(value, float):
-        return "fp32"
-    raise TypeError(f"compile_check: cannot type scalar argument {value!r}")
-
-
 def launch_specs(seen, all_configs: bool = False) -> list[dict[str, Any]]:
-    """The compile specs of one launch (`launch.Launch`): one per candidate config (see `record`)."""
+    """The compile specs of one launch (`launch.Launch`): one per candidate config (see `record`), each bound
+    as the GPU launcher binds it (`gpu_call.Bound`: signature, constants, heuristic flags)."""
     import jax
     from triton.runtime.autotuner import Autotuner
 
-    from . import autotune, launch
+    from . import autotune, gpu_call, signature
 
     kernel, args, out_shapes, metaparams = seen.kernel, seen.args, seen.out_shapes, seen.metaparams
-    num_warps, num_stages = seen.num_warps, seen.num_stages
-    tuner, rules, fn = launch.unwrap(kernel)
+    tuner, _, fn = signature.unwrap(kernel)
     values = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) if autotune.is_array(a) else a for a in args]
-    named = dict(zip(fn.arg_names, [*values, *out_shapes]))
     if not isinstance(tuner, Autotuner):
         configs = [None]
     elif all_configs:
         configs = [c for c in tuner.configs if all(c.kwargs.get(k, v) == v for k, v in metaparams.items())]
     else:
-        configs = autotune.candidates(tuner, named, metaparams)
+        configs = autotune.candidates(tuner, dict(zip(fn.arg_names, [*values, *out_shapes])), metaparams)
     module, attribute = _kernel_address(kernel, fn)
-    constexpr_names = _constexpr_names(fn)
     specs = []
     for config in configs:
         meta = {**metaparams, **(config.kwargs if config is not None else {})}
-        scope = {**named, **meta}
-        for values_ in rules:  # outermost first, as Triton runs them: inner rules see the outer flags
-            for flag, rule in values_.items():
-                scope[flag] = meta[flag] = rule(scope)
-        signature, constexprs = {}, {}
-        for name in fn.arg_names:
-            if name in constexpr_names:
-                if name not in scope:
-                    raise ValueError(f"compile_check: {attribute}: no value for constexpr {name}")
-                value = scope[name]
-                signature[name], constexprs[name] = "constexpr", value
-            elif name in named and autotune.is_array(named[name]):
-                signature[name] = "*" + _POINTER[jax.numpy.dtype(named[name].dtype).name]
-            else:
-                signature[name] = _scalar_type(scope[name])
-        warps = config.num_warps if config is not None else (num_warps or 4)
-        stages = config.num_stages if config is not None else (num_stages or 3)
-        specs.append({"module": module, "kernel": attribute, "signature": signature,
-                      "constexprs": constexprs, "num_warps": warps, "num_stages": stages})
+        bound = gpu_call.Bound(tuner.fn if tuner is not None else kernel, values, out_shapes, meta)
+        warps = config.num_warps if config is not None else (seen.num_warps or 4)
+        stages = config.num_stages if config is not None else (seen.num_stages or 3)
+        specs.append({"module": module, "kernel": attribute, "signature": bound.signature,
+                      "constexprs": bound.constants, "num_warps": warps, "num_stages": stages})
     return specs
 
 
+def key_of(spec: Mapping[str, Any]) -> str:
+    """A spec's identity: two launches of the same kernel, signature, constants and config compile alike."""
+    return json.dumps(spec, sort_keys=True, default=repr)
+
+
 def distinct(specs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each spec once (two launches of the same kernel, dtypes, constexprs and config compile alike)."""
+    """Each spec once."""
     seen, out = set(), []
     for spec in specs:
-        key = json.dumps(spec, sort_keys=True, default=repr)
+        key = key_of(spec)
         if key not in seen:
             seen.add(key)
             out.append(dict(spec))
     return out
 
 
-STAGES = ("ttir", "ttgir", "llir", "ptx", "cubin")  # Triton's NVIDIA pipeline, in order
-
-
-def _source(spec: Mapping[str, Any]):
-    """The kernel's `ASTSource`, its array arguments 16-byte aligned as jax-triton declares them
-    (`tt.divisibility` 16: JAX's buffers are aligned), which lets the compiler vectorise their accesses."""
+def _function(spec: Mapping[str, Any]):
+    """The compiled `triton.JITFunction` a spec names (its module imported in this child process)."""
     import triton
-    from triton.compiler import ASTSource
 
     fn = getattr(importlib.import_module(spec["module"]), spec["kernel"])
     while not isinstance(fn, triton.runtime.jit.JITFunction):
         fn = fn.fn
-    signature = dict(spec["signature"])
-    attrs = {(fn.arg_names.index(name),): [["tt.divisibility", 16]]
-             for name, kind in signature.items() if kind.startswith("*")}
-    return ASTSource(fn=fn, signature=signature, constexprs=dict(spec["constexprs"]), attrs=attrs)
+    return fn
 
 
 def _compile_one(spec: Mapping[str, Any], last: str):
-    """Triton's own pipeline (`triton.compile`, without its cache) from the kernel's source up to stage
-    `last`: "ttir" is the front end (where type errors are found), "cubin" runs ptxas too. Returns that
-    stage's module (IR) or binary."""
-    from triton._C.libtriton import ir
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler.compiler import make_backend
+    """`compiler.compile_kernel` of a spec up to stage `last`: "ttir" is the front end (where type errors are
+    found), "cubin" runs ptxas too."""
+    from . import compiler
 
-    source = _source(spec)
-    target = GPUTarget(*TARGET)
-    backend = make_backend(target)
-    options = backend.parse_options({"num_warps": spec["num_warps"], "num_stages": spec["num_stages"],
-                                     **source.parse_options()})
-    context = ir.context()
-    ir.load_dialects(context)
-    backend.load_dialects(context)
-    module = source.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
-                            context)
-    stages: dict[str, Any] = {}
-    backend.add_stages(stages, options, source.language)
-    metadata = {"hash": "0" * 64, "target": target, **options.__dict__}
-    for name, stage in stages.items():
-        module = stage(module, metadata)
-        if name == last:
-            return module
-    raise ValueError(f"compile_check: no stage {last!r} in {list(stages)}")
+    return compiler.compile_kernel(_function(spec), spec["signature"], spec["constexprs"],
+                                   num_warps=spec["num_warps"], num_stages=spec["num_stages"],
+                                   capability=CAPABILITY, last=last)
 
 
 _SASS_COUNTS = ("HGMMA", "HMMA", "LDL", "STL", "MUFU.EX2", "BAR")
@@ -198,13 +132,11 @@ def _resources(spec: Mapping[str, Any]) -> dict[str, Any]:
     import tempfile
 
     import triton
-    from triton.backends.compiler import GPUTarget
 
-    compiled = triton.compile(_source(spec), target=GPUTarget(*TARGET),
-                              options={"num_warps": spec["num_warps"], "num_stages": spec["num_stages"]})
+    compiled = _compile_one(spec, "cubin")
     tools = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(compiled.asm["cubin"])
+        f.write(compiled.binary)
         f.flush()
         usage = subprocess.run([os.path.join(tools, "cuobjdump"), "--dump-resource-usage", f.name],
                                capture_output=True, text=True, check=True).stdout
@@ -212,7 +144,7 @@ def _resources(spec: Mapping[str, Any]) -> dict[str, Any]:
                               capture_output=True, text=True, check=True).stdout
     field = lambda name: int(re.search(rf"{name}:(\d+)", usage).group(1))  # noqa: E731
     ops = re.findall(r"\b(" + "|".join(re.escape(op) for op in _SASS_COUNTS) + r")\b", sass)
-    return {"registers": field("REG"), "stack": field("STACK"), "shared": compiled.metadata.shared,
+    return {"registers": field("REG"), "stack": field("STACK"), "shared": compiled.shared,
             **{op: ops.count(op) for op in _SASS_COUNTS}}
 
 
@@ -244,6 +176,8 @@ def compile_all(specs: Sequence[Mapping[str, Any]], *, last: str = "cubin", work
     Returns {"compiled": n, "failed": [{"spec", "error"}, ...], "resources": [{"spec", "resources"}, ...],
     "seconds": wall}."""
     import tempfile
+
+    from .compiler import STAGES
 
     if last not in (*STAGES, "resources"):
         raise ValueError(f"last: expected one of {', '.join(STAGES)} or resources, got {last!r}")

@@ -4,7 +4,7 @@ order of the state sweeps").
 The interpreter computes `h * decay + dot(x, y)` as written, so only the compiled kernel shows the
 fusion that made the GPU's final states and initial-state gradients err ~3× more than the reference:
 Triton's combine pass rewrites `add(dot(a, b, 0), c)` into `dot(a, b, c)`. This compiles both sweeps
-for sm_90 (no GPU needed: Triton's frontend, optimiser and ptxas, as scripts/compile_check.py does),
+for sm_90 (no GPU needed: `workbench.compiler`, as the GPU launcher compiles them),
 in a subprocess with the interpreter off, and checks in the TTGIR that every matrix product starts
 from a zero accumulator or from the other half of the chunk's product, never from the state.
 """
@@ -30,10 +30,7 @@ COMPILE = textwrap.dedent("""
     import json, os, sys
     os.environ["WORKBENCH_INTERPRET"] = "0"
     os.environ.pop("TRITON_INTERPRET", None)
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from workbench import launch
+    from workbench import compiler, launch
     from workbench.chunk_gla import kernels
 
     storage, BT = sys.argv[1], int(sys.argv[2])
@@ -46,17 +43,10 @@ COMPILE = textwrap.dedent("""
         jit = launch.unwrap(getattr(kernels, name))[2]
         const = dict(H=2, K=64, V=64, BT=BT, BK=32, BV=32, F32_DOT="ieee" if storage == "fp32" else "tf32",
                      scale=0.125)
-        signature, constexprs, attrs = {}, {}, {}
-        for i, p in enumerate(jit.params):
-            if p.name in args:
-                signature[p.name] = "*" + args[p.name]
-                attrs[(i,)] = [["tt.divisibility", 16]]
-            else:
-                signature[p.name] = "constexpr"
-                constexprs[(i,)] = const[p.name]
-        compiled = triton.compile(ASTSource(fn=jit, signature=signature, constexprs=constexprs, attrs=attrs),
-                                  target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=2))
-        out[name] = compiled.asm["ttgir"]
+        signature = {p.name: "*" + args[p.name] if p.name in args else "constexpr" for p in jit.params}
+        constexprs = {p.name: const[p.name] for p in jit.params if p.name not in args}
+        compiled = compiler.compile_kernel(jit, signature, constexprs, num_warps=4, num_stages=2, last="ttgir")
+        out[name] = str(compiled.binary)
     print(json.dumps(out))
 """)
 

@@ -29,9 +29,9 @@ def device_info() -> dict[str, Any]:
 
 
 def versions(extra: Sequence[str] = ()) -> dict[str, str]:
-    """python, jax, jaxlib, triton, jax_triton (when importable) and each module in `extra`."""
+    """python, jax, jaxlib, triton, numpy and each module in `extra` (when importable)."""
     out = {"python": platform.python_version()}
-    for name in ("jax", "jaxlib", "triton", "jax_triton", "numpy", *extra):
+    for name in ("jax", "jaxlib", "triton", "numpy", *extra):
         try:
             out[name] = getattr(importlib.import_module(name), "__version__", "unknown")
         except ImportError:

@@ -1,0 +1,108 @@
+"""The launcher itself on a CUDA GPU (skipped elsewhere): typed scalars give what the interpreter gives
+(tests/interpreter_cases.py's expectations, which the CPU tests hold the interpreter to), a host-made tensor
+descriptor in a warp-specialized loop, a matmul fed by descriptors with the compiler's warps, an empty grid,
+and compiled kernels loaded from disk by the next process."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import triton
+import triton.language as tl
+
+import workbench
+from workbench import gpu_call, signature
+from tests.interpreter_cases import affine_expected, literal_expected
+from tests.test_interpreter import DTYPES, N, SCALARS, affine, descriptor_copy, literal
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _x(dtype):
+    return (jax.random.normal(jax.random.key(0), (N,), jnp.float32) * 3).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
+def test_scalars_of_every_kind_give_what_the_interpreter_gives(dtype):
+    x = _x(dtype)
+    for kind, (a, b) in SCALARS.items():
+        y = workbench.triton_call(x, N, a, b, kernel=affine, out_shape=jax.ShapeDtypeStruct((N,), dtype), grid=(2,),
+                                  BLOCK=32)
+        np.testing.assert_array_equal(np.asarray(y), affine_expected(np.asarray(x), a, b), err_msg=kind)
+    y = workbench.triton_call(x, N, kernel=literal, out_shape=jax.ShapeDtypeStruct((N,), dtype), grid=(2,), BLOCK=32)
+    # a fused multiply-add rounds once where the interpreter rounds twice: at most one unit in the last place
+    expected = literal_expected(np.asarray(x)).astype(np.float64)
+    ulp = np.spacing(np.abs(expected).astype(np.asarray(x).dtype)).astype(np.float64)
+    assert (np.abs(np.asarray(y).astype(np.float64) - expected) <= ulp).all()
+
+
+def test_a_host_descriptor_in_a_warp_specialized_loop():
+    x = jax.random.normal(jax.random.key(1), (40, 32), jnp.float32).astype(jnp.bfloat16)
+    y = workbench.triton_call(workbench.TensorDescriptor(x, (16, 32)), 40, kernel=descriptor_copy,
+                              out_shape=jax.ShapeDtypeStruct((40, 32), jnp.bfloat16), grid=(2,), N=32, BM=16)
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
+
+
+@triton.jit
+def descriptor_matmul(a_desc, b_desc, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """c = a @ b for bfloat16 a [M, K], b [K, N], one [BM, BN] tile per program, its K loop warp-specialized
+    (a producer loading through the descriptors, consumers multiplying)."""
+    i_m, i_n = tl.program_id(0), tl.program_id(1)
+    acc = tl.zeros([BM, BN], tl.float32)
+    for k in tl.range(0, tl.cdiv(K, BK), warp_specialize=True):
+        acc = tl.dot(a_desc.load([i_m * BM, k * BK]), b_desc.load([k * BK, i_n * BN]), acc)
+    o_m, o_n = i_m * BM + tl.arange(0, BM), i_n * BN + tl.arange(0, BN)
+    tl.store(c + o_m[:, None] * N + o_n[None, :], acc, mask=(o_m[:, None] < M) & (o_n[None, :] < N))
+
+
+def test_a_warp_specialized_matmul_fed_by_host_descriptors_runs_with_the_compilers_warps():
+    M, N_, K = 1000, 520, 768
+    a = jax.random.normal(jax.random.key(2), (M, K), jnp.float32).astype(jnp.bfloat16)
+    b = jax.random.normal(jax.random.key(3), (K, N_), jnp.float32).astype(jnp.bfloat16)
+    c = workbench.triton_call(workbench.TensorDescriptor(a, (128, 64)), workbench.TensorDescriptor(b, (64, 128)),
+                              M, N_, K, kernel=descriptor_matmul, out_shape=jax.ShapeDtypeStruct((M, N_), jnp.float32),
+                              grid=(triton.cdiv(M, 128), triton.cdiv(N_, 128)), num_warps=4, num_stages=3,
+                              BM=128, BN=128, BK=64)
+    exact = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
+    assert np.abs(np.asarray(c) - exact).max() <= 1e-3 * np.abs(exact).max()
+    warps = {r.name: r.num_warps for r in gpu_call._COMPILED.values() if r.name.startswith("descriptor_matmul")}
+    print(f"descriptor_matmul: compiled for 4 warps, runs {warps}")  # more than 4 when the loop was specialized
+
+
+def test_an_empty_grid_leaves_outputs_as_the_interpreter_does():
+    x = _x(jnp.float32)
+    y = workbench.triton_call(x, N, 2.0, 1.0, kernel=affine, out_shape=jax.ShapeDtypeStruct((N,), jnp.float32),
+                              grid=(0,), BLOCK=32)
+    assert jnp.isnan(y).all()
+
+
+LOAD = """
+import json, sys
+import jax, jax.numpy as jnp
+import workbench
+from workbench import gpu_call
+from tests.test_interpreter import affine, N
+x = jnp.ones(N, jnp.bfloat16)
+workbench.triton_call(x, N, 2.0, 1.0, kernel=affine, out_shape=jax.ShapeDtypeStruct((N,), jnp.bfloat16), grid=(2,),
+                      BLOCK=32).block_until_ready()
+print(json.dumps(dict(gpu_call.STATS)))
+"""
+
+
+def test_the_next_process_loads_compiled_kernels_from_disk(tmp_path):
+    env = {**os.environ, "WORKBENCH_CACHE_DIR": str(tmp_path), "WORKBENCH_AUTOTUNE": "table",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    runs = [subprocess.run([sys.executable, "-c", LOAD], env=env, cwd=ROOT, capture_output=True, text=True,
+                           timeout=300) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-3000:]
+    first, second = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
+    assert first == {"kernels_compiled": 1} and second == {"kernels_loaded": 1}
+    assert signature.triton_version() >= (3, 7, 1)
