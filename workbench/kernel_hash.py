@@ -16,13 +16,21 @@ _LOCK = threading.Lock()
 def source_hash(fn) -> str:
     """A compiled `@triton.jit` function's source hash: sha256 of its source and of every `@triton.jit`
     function it reaches (by name, `module.name` or a closure) with the `tl.constexpr` globals they read
-    (`_reached`).
+    (`_reached`), Triton's own functions (`tl.sum`, `tl.cumsum`, ...) left out: they are the compiler's, whose
+    release every key records beside the hash, and a new release must not change the hash of unchanged
+    kernels (the tuning table's entries are found by it). Anything else (an interpreted function, a test's
+    stand-in): its `cache_key` if it has one, else sha256 of its own source.
 
     Not Triton's `JITFunction.cache_key`: Triton 3.6 merges a callee's globals into its caller's key
     before computing the callee's, so a kernel's `cache_key` depends on which kernels sharing its helpers
     were hashed first in the process (chunk_kda's prep kernel has two, after or before its intra
     kernel): the cache and the tuning table would miss whenever ops ran in another order. This one
     depends only on the text and the constexpr values, computed once per function and process."""
+    from triton.runtime.jit import JITCallable
+
+    if not isinstance(fn, JITCallable):
+        key = getattr(fn, "cache_key", None)
+        return str(key) if key else hashlib.sha256(inspect.getsource(getattr(fn, "fn", fn)).encode()).hexdigest()
     with _LOCK:
         known = _SOURCE_HASHES.get(id(fn))
     if known is not None and known[0] is fn:
@@ -40,9 +48,9 @@ _SOURCE_HASHES: dict[int, tuple[Any, str]] = {}
 
 
 def _reached(fn) -> tuple[list[Any], list[list[str]]]:
-    """The `@triton.jit` functions `fn` reaches (itself first) and the constexpr globals they read as
-    [name, repr(value)]: each function's source is parsed, and every name and attribute chain
-    (`steps.exp_e`) is resolved in its closure and globals, as Triton's dependency finder does."""
+    """The `@triton.jit` functions `fn` reaches (itself first; Triton's own not followed) and the constexpr
+    globals they read as [name, repr(value)]: each function's source is parsed, and every name and attribute
+    chain (`steps.exp_e`) is resolved in its closure and globals, as Triton's dependency finder does."""
     from triton.language.core import constexpr
     from triton.runtime.jit import JITCallable
 
@@ -67,7 +75,7 @@ def _reached(fn) -> tuple[list[Any], list[list[str]]]:
         for node in ast.walk(ast.parse(f.src)):
             if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(getattr(node, "ctx", None), ast.Load):
                 value = resolve(node)
-                if isinstance(value, JITCallable):
+                if isinstance(value, JITCallable) and not value.fn.__module__.startswith("triton."):
                     todo.append(value)
                 elif isinstance(value, constexpr):
                     constants.add((ast.unparse(node), repr(value.value)))

@@ -11,14 +11,17 @@ run made there (`workbench tune --write-table` on that GPU): one JSON file per d
 the kernel's autotune `key=` values, its arrays' dtypes and presence, and the chosen config as
 `autotune.config_fields` writes it. `Table.choose` answers a launch's key (`autotune.tuning_key`):
 
-1. the entry with the same kernel, source, Triton, key values and arrays, if its config is a candidate;
+1. the entry with the same kernel, source, key values and arrays, if its config is a candidate;
 2. else the nearest entry of that kernel on that device: the same key values except the head counts and
    the launch's size in programs (`NEAREST`), which are nearest on a log scale (the sum of their
    |log ratio|s), and the same arrays;
 3. else nothing: the launcher times the candidates as before.
 
-Entries of the device whose kernel matches by name but not by source or Triton version were made for other
-code: they are ignored, with one warning per kernel. A table file that is not valid JSON (or not a list of
+Among equally near entries, one tuned with the launch's own Triton release wins; an entry tuned with another
+release serves until the GPU kind is tuned on this one (the configs are the kernel's own, and the
+compiler's release changes which is fastest far less than the shape does: docs/autotune.md, "A new
+Triton"). Entries of the device whose kernel matches by name but not by source were made for other code:
+they are ignored, with one warning per kernel. A table file that is not valid JSON (or not a list of
 entries) is ignored with one warning. The table is read once per process.
 """
 
@@ -81,28 +84,23 @@ class Table:
     def choose(self, key: Mapping[str, Any], candidates: Sequence[Mapping[str, Any]]) -> tuple[int, str] | None:
         """(index into `candidates`, "table" or "table_nearest") for the launch `key`, or None."""
         same_kernel = [e for e in self.entries if e["kernel"] == key["kernel"]]
-        current = [e for e in same_kernel if e["source"] == key["source"]
-                   and e["triton"] == key["versions"].get("triton")]
+        current = [e for e in same_kernel if e["source"] == key["source"]]
         if same_kernel and not current:
             with self._lock:
                 first = key["kernel"] not in self._warned
                 self._warned.add(key["kernel"])
             if first:
                 warnings.warn(f"workbench tuning table: the {self.device} entries of {key['kernel']} were made for "
-                              "another kernel source or Triton version; ignored (the configs are timed)",
-                              TableWarning, stacklevel=3)
+                              "another kernel source; ignored (the configs are timed)", TableWarning, stacklevel=3)
             return None
         fields = [dict(c) for c in candidates]
+        triton = key["versions"].get("triton")
         usable = [e for e in current if e["arrays"] == list(key["arrays"]) and e["config"] in fields]
-        for e in usable:
-            if e["key"] == dict(key["key"]):
-                return fields.index(e["config"]), "table"
-        best, best_distance = None, math.inf
-        for e in usable:
-            distance = _distance(e["key"], key["key"])
-            if distance < best_distance:
-                best, best_distance = e, distance
-        return None if best is None else (fields.index(best["config"]), "table_nearest")
+        ranked = sorted(((_distance(e["key"], key["key"]), e["triton"] != triton, i) for i, e in enumerate(usable)))
+        if not ranked or not math.isfinite(ranked[0][0]):
+            return None
+        distance, _, i = ranked[0]
+        return fields.index(usable[i]["config"]), "table" if distance == 0 else "table_nearest"
 
     def merged(self, entries: Iterable[Mapping[str, Any]]) -> Table:
         """This table with `entries` added; a new entry replaces one of the same kernel, source, Triton,
