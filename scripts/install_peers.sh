@@ -5,8 +5,8 @@
 #   eval "$(bash scripts/install_peers.sh | tail -1)"  # the same, setting PYTHONPATH in this shell
 #
 # The peers go into TARGET, outside the environment, with no dependency resolution (ejkernel's declared
-# jax~=0.10.0 would otherwise fight the environment's JAX); putting TARGET on PYTHONPATH makes fla,
-# ejkernel and jax_triton importable. torch, if DIR/torch/ holds it (WITH_TORCH=1 when fetching), is
+# jax~=0.10.0 would otherwise fight the environment's JAX); putting TARGET on PYTHONPATH makes fla and
+# ejkernel importable. torch, if DIR/torch/ holds it (WITH_TORCH=1 when fetching), is
 # installed into the environment itself, from those files only. Use the environment's python
 # (activate it first, or set PYTHON).
 set -euo pipefail
@@ -22,7 +22,7 @@ if (( ${#wheels[@]} == 0 )); then
     exit 1
 fi
 if [[ -d "$DIR/torch" ]]; then
-    "$PYTHON" -m pip install --no-index --find-links "$DIR/torch" torch==2.10.0
+    "$PYTHON" -m pip install --no-index --find-links "$DIR/torch" torch==2.13.0
 fi
 "$PYTHON" -m pip install --no-index --no-deps --upgrade --target "$TARGET" "${wheels[@]}"
 echo "export PYTHONPATH=$TARGET\${PYTHONPATH:+:\$PYTHONPATH}"
