@@ -38,25 +38,28 @@ def _joined(a, b):
     return ml_dtypes.bfloat16 if kinds == {np.dtype(ml_dtypes.bfloat16)} else np.float32
 
 
-def affine_expected(x: np.ndarray, a, b) -> np.ndarray:
-    """`x * a + b` stored to x's dtype, as Triton computes it on a GPU with `a` and `b` run-time scalars typed
-    as the launcher types them (`workbench.signature`, `_operand`): each operation in the computation type of
-    its operands (`_joined`), rounded once to it (computed in float64, exact for these types), the store
-    rounding again to x's dtype."""
+def affine_expected(x: np.ndarray, a, b, fused: bool = False) -> np.ndarray:
+    """`x * a + b` stored to x's dtype, as Triton computes it with `a` and `b` run-time scalars typed as the
+    launcher types them (`workbench.signature`, `_operand`): each operation in the computation type of its
+    operands (`_joined`), rounded once to it (computed in float64, exact for these types), the store rounding
+    again to x's dtype. `fused`: as a GPU may compute it, the product and the sum in one multiply-add (one
+    rounding) where both are of one type (Triton compiles with fp fusion on)."""
     t_a, v_a = _operand(a, x.dtype)
     t1 = _joined(x.dtype, t_a)
-    product = (x.astype(np.float64) * v_a).astype(t1)
+    exact = x.astype(np.float64) * v_a
     t_b, v_b = _operand(b, np.dtype(t1))
     t2 = _joined(t1, t_b)
-    return (product.astype(np.float64) + v_b).astype(t2).astype(x.dtype)
+    product = exact if fused and np.dtype(t1) == np.dtype(t2) else exact.astype(t1).astype(np.float64)
+    return (product + v_b).astype(t2).astype(x.dtype)
 
 
-def literal_expected(x: np.ndarray) -> np.ndarray:
+def literal_expected(x: np.ndarray, fused: bool = False) -> np.ndarray:
     """`x * 0.1 + 2.0` with Python literals, which take the tile's type (Triton's weak typing of constants);
-    each operation rounds to that type."""
+    each operation rounds to that type (`fused`: one multiply-add, one rounding)."""
     kind = x.dtype
-    product = (x.astype(np.float64) * np.float64(np.asarray(0.1).astype(kind))).astype(kind)
-    return (product.astype(np.float64) + 2.0).astype(kind)
+    exact = x.astype(np.float64) * np.float64(np.asarray(0.1).astype(kind))
+    product = exact if fused else exact.astype(kind).astype(np.float64)
+    return (product + 2.0).astype(kind)
 
 
 def _run(skip: set[str]) -> dict[str, str]:

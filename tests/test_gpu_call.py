@@ -268,6 +268,20 @@ def test_the_custom_call_carries_the_kernel_call_and_maps_aliases_to_operands(st
     assert "opaque" in line
 
 
+def test_a_kernel_with_global_scratch_goes_to_the_handler_xla_keeps_out_of_cuda_graphs(stubs, monkeypatch):
+    _, comp = stubs
+    monkeypatch.setenv(cache.MODE_VAR, "off")  # compiled anew below, not loaded
+    x = jnp.zeros(N, jnp.bfloat16)
+    lower = lambda: jax.jit(lambda x: gpu_call.launch([x, 0.5, x, N], kernel=_axpy_even, out_shapes=[X],  # noqa: E731
+                                                      grid=(3,), metaparams={"BLOCK": 16})).lower(x).as_text()
+    plain = lower()
+    assert "@triton_kernel_call_ffi(" in plain and "opaque = " in plain
+    comp.scratch = 256
+    gpu_call._COMPILED.clear()
+    scratch = lower()
+    assert "@triton_kernel_call(" in scratch and "api_version = 2" in scratch and "backend_config = " in scratch
+
+
 def test_an_empty_grid_launches_nothing_and_leaves_outputs_as_the_interpreter_does(stubs):
     lib, comp = stubs
     x = jnp.arange(N, dtype=jnp.float32)

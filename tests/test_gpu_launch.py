@@ -29,18 +29,23 @@ def _x(dtype):
     return (jax.random.normal(jax.random.key(0), (N,), jnp.float32) * 3).astype(dtype)
 
 
+def _either_rounding(y, expected, what):
+    """Each element as the interpreter computes it, or with the product and sum fused into one multiply-add
+    (one rounding: Triton compiles with fp fusion on, and the compiler may or may not contract)."""
+    y = np.asarray(y)
+    ok = (y == expected(False)) | (y == expected(True))
+    assert ok.all(), (what, y[~ok], expected(False)[~ok], expected(True)[~ok])
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: jnp.dtype(d).name)
 def test_scalars_of_every_kind_give_what_the_interpreter_gives(dtype):
     x = _x(dtype)
     for kind, (a, b) in SCALARS.items():
         y = workbench.triton_call(x, N, a, b, kernel=affine, out_shape=jax.ShapeDtypeStruct((N,), dtype), grid=(2,),
                                   BLOCK=32)
-        np.testing.assert_array_equal(np.asarray(y), affine_expected(np.asarray(x), a, b), err_msg=kind)
+        _either_rounding(y, lambda fused: affine_expected(np.asarray(x), a, b, fused), kind)
     y = workbench.triton_call(x, N, kernel=literal, out_shape=jax.ShapeDtypeStruct((N,), dtype), grid=(2,), BLOCK=32)
-    # a fused multiply-add rounds once where the interpreter rounds twice: at most one unit in the last place
-    expected = literal_expected(np.asarray(x)).astype(np.float64)
-    ulp = np.spacing(np.abs(expected).astype(np.asarray(x).dtype)).astype(np.float64)
-    assert (np.abs(np.asarray(y).astype(np.float64) - expected) <= ulp).all()
+    _either_rounding(y, lambda fused: literal_expected(np.asarray(x), fused), "literals")
 
 
 def test_a_host_descriptor_in_a_warp_specialized_loop():
@@ -51,7 +56,7 @@ def test_a_host_descriptor_in_a_warp_specialized_loop():
 
 
 @triton.jit
-def descriptor_matmul(a_desc, b_desc, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def descriptor_matmul(a_desc, b_desc, M, N, K, c, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     """c = a @ b for bfloat16 a [M, K], b [K, N], one [BM, BN] tile per program, its K loop warp-specialized
     (a producer loading through the descriptors, consumers multiplying)."""
     i_m, i_n = tl.program_id(0), tl.program_id(1)
@@ -66,14 +71,16 @@ def test_a_warp_specialized_matmul_fed_by_host_descriptors_runs_with_the_compile
     M, N_, K = 1000, 520, 768
     a = jax.random.normal(jax.random.key(2), (M, K), jnp.float32).astype(jnp.bfloat16)
     b = jax.random.normal(jax.random.key(3), (K, N_), jnp.float32).astype(jnp.bfloat16)
-    c = workbench.triton_call(workbench.TensorDescriptor(a, (128, 64)), workbench.TensorDescriptor(b, (64, 128)),
+    # 64 × 128 tiles on 4 warps: Triton 3.8 and 3.9 specialize the loop into 12 warps (a producer and two
+    # consumer groups; 128 × 128 tiles fail to compile there with host descriptors, checked on a CPU)
+    c = workbench.triton_call(workbench.TensorDescriptor(a, (64, 64)), workbench.TensorDescriptor(b, (64, 128)),
                               M, N_, K, kernel=descriptor_matmul, out_shape=jax.ShapeDtypeStruct((M, N_), jnp.float32),
-                              grid=(triton.cdiv(M, 128), triton.cdiv(N_, 128)), num_warps=4, num_stages=3,
-                              BM=128, BN=128, BK=64)
+                              grid=(triton.cdiv(M, 64), triton.cdiv(N_, 128)), num_warps=4, num_stages=3,
+                              BM=64, BN=128, BK=64)
     exact = np.asarray(a, np.float64) @ np.asarray(b, np.float64)
     assert np.abs(np.asarray(c) - exact).max() <= 1e-3 * np.abs(exact).max()
-    warps = {r.name: r.num_warps for r in gpu_call._COMPILED.values() if r.name.startswith("descriptor_matmul")}
-    print(f"descriptor_matmul: compiled for 4 warps, runs {warps}")  # more than 4 when the loop was specialized
+    (warps,) = {r.num_warps for r in gpu_call._COMPILED.values() if r.name.startswith("descriptor_matmul")}
+    assert warps > 4, f"descriptor_matmul was not warp-specialized (runs {warps} warps), so this tests nothing"
 
 
 def test_an_empty_grid_leaves_outputs_as_the_interpreter_does():

@@ -4,7 +4,8 @@ launched by XLA through jaxlib's Triton custom call.
 The call is the one jax-triton builds: a `stablehlo.custom_call` to jaxlib's handler `triton_kernel_call_ffi`
 (`jax.ffi.ffi_call`), whose `opaque` attribute is a compressed kernel-call description made with jaxlib's
 Triton bindings (`jaxlib.gpu_triton`: the kernel's PTX and launch sizes, then one parameter per kernel
-argument). Why not jax-triton's own `triton_call` (0.4.1): it launches a warp-specialized kernel with the
+argument); a kernel with global scratch goes to jaxlib's API-2 handler of the same description
+(`LEGACY_CUSTOM_CALL`, which XLA never records into a CUDA graph). Why not jax-triton's own `triton_call` (0.4.1): it launches a warp-specialized kernel with the
 warps the caller asked for, where the compiler has raised them to the sum of its partitions' (the kernel
 then requires more threads per block than it is given, and the launch fails), and it keeps compiled kernels
 in memory only, with no public way to keep them across processes; jax-triton 0.3.1 also dropped a
@@ -36,6 +37,11 @@ from . import cache, compiler, signature
 from .kernel_hash import source_hash
 
 CUSTOM_CALL = "triton_kernel_call_ffi"  # jaxlib's typed-FFI handler of Triton kernel calls
+# jaxlib's older handler of the same calls (custom-call API 2, the call in `backend_config`), for kernels with
+# global scratch: XLA may record FFI calls into a CUDA graph, and jaxlib 0.11's FFI handler then fails to give
+# such a kernel its scratch ("Failed to create a child graph node ...: CUDA_ERROR_NOT_SUPPORTED", H200,
+# 2026-11-27; jax-ml/jax#37482 adds the FFI's scratch support); the API-2 handler is never captured.
+LEGACY_CUSTOM_CALL = "triton_kernel_call"
 FORMAT = 2  # of the compiled-kernel entries (1: jax-triton 0.3.1's capture, before this launcher)
 
 STATS: collections.Counter = collections.Counter()
@@ -247,14 +253,18 @@ def _unlaunched(args, out_shapes, zeroed: Sequence[int], aliases: Mapping[int, i
     return outs
 
 
-def _ffi(name: str, call, args, out_shapes, aliases: Mapping[int, int]):
+def _ffi(name: str, call, args, out_shapes, aliases: Mapping[int, int], scratch: bool = False):
+    """The custom call XLA runs: jaxlib's FFI handler, or its API-2 handler for a kernel with global scratch
+    (`LEGACY_CUSTOM_CALL`)."""
     import jax
 
     operands, position = _operands(args)
-    proto = call.to_proto(name or "workbench", b"")
-    return jax.ffi.ffi_call(CUSTOM_CALL, list(out_shapes),
-                            input_output_aliases={position[i]: o for i, o in aliases.items()},
-                            vmap_method="sequential")(*operands, opaque=zlib.compress(proto))
+    opaque = zlib.compress(call.to_proto(name or "workbench", b""))
+    common = dict(input_output_aliases={position[i]: o for i, o in aliases.items()}, vmap_method="sequential")
+    if scratch:
+        return jax.ffi.ffi_call(LEGACY_CUSTOM_CALL, list(out_shapes), custom_call_api_version=2,
+                                legacy_backend_config=opaque, **common)(*operands)
+    return jax.ffi.ffi_call(CUSTOM_CALL, list(out_shapes), **common)(*operands, opaque=opaque)
 
 
 def launch(args: Sequence[Any], *, kernel, out_shapes: Sequence[Any], grid, name: str = "",
@@ -277,7 +287,7 @@ def launch(args: Sequence[Any], *, kernel, out_shapes: Sequence[Any], grid, name
     lib = bindings()
     params = _parameters(lib, bound, result, _zeroed(bound, out_shapes, zeroed))
     call = lib.TritonKernelCall(_kernel(digest, result, num_ctas, cc), *dims, params)
-    return list(_ffi(name, call, args, out_shapes, aliases))
+    return list(_ffi(name, call, args, out_shapes, aliases, scratch=result.global_scratch_size > 0))
 
 
 def launch_autotuned(args: Sequence[Any], *, configs: Sequence[Any], kernel, out_shapes: Sequence[Any], grid,
@@ -290,7 +300,7 @@ def launch_autotuned(args: Sequence[Any], *, configs: Sequence[Any], kernel, out
 
     aliases = dict(input_output_aliases or {})
     lib, cc = bindings(), capability()
-    calls = []
+    calls, scratch = [], False
     for config in configs:
         bound = Bound(kernel, args, out_shapes, {**(metaparams or {}), **config.kwargs})
         dims = bound.grid(grid)
@@ -301,10 +311,11 @@ def launch_autotuned(args: Sequence[Any], *, configs: Sequence[Any], kernel, out
                                   num_ctas=config.num_ctas, cc=cc)
         params = _parameters(lib, bound, result, _zeroed(bound, out_shapes, zeroed))
         calls.append((lib.TritonKernelCall(_kernel(digest, result, config.num_ctas, cc), *dims, params), str(config)))
+        scratch = scratch or result.global_scratch_size > 0
     if len(calls) == 1:
-        return list(_ffi(name, calls[0][0], args, out_shapes, aliases))
+        return list(_ffi(name, calls[0][0], args, out_shapes, aliases, scratch))
     operands, position = _operands(args)
     sizes = tuple((position[i], o, math.prod(operands[position[i]].shape) * np.dtype(operands[position[i]].dtype).itemsize)
                   for i, o in aliases.items())
     call = lib.TritonAutotunedKernelCall(f"{name} ({bound.fn.__name__})", calls, sizes)
-    return list(_ffi(name, call, args, out_shapes, aliases))
+    return list(_ffi(name, call, args, out_shapes, aliases, scratch))
