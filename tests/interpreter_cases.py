@@ -46,10 +46,11 @@ def affine_expected(x: np.ndarray, a, b, fused: bool = False) -> np.ndarray:
     rounding) where both are of one type (Triton compiles with fp fusion on)."""
     t_a, v_a = _operand(a, x.dtype)
     t1 = _joined(x.dtype, t_a)
-    exact = x.astype(np.float64) * v_a
     t_b, v_b = _operand(b, np.dtype(t1))
     t2 = _joined(t1, t_b)
-    product = exact if fused and np.dtype(t1) == np.dtype(t2) else exact.astype(t1).astype(np.float64)
+    if fused and np.dtype(t1) == np.dtype(t2):
+        return _fma(x, v_a, v_b, t2).astype(x.dtype)
+    product = (x.astype(np.float64) * v_a).astype(t1).astype(np.float64)
     return (product + v_b).astype(t2).astype(x.dtype)
 
 
@@ -57,9 +58,19 @@ def literal_expected(x: np.ndarray, fused: bool = False) -> np.ndarray:
     """`x * 0.1 + 2.0` with Python literals, which take the tile's type (Triton's weak typing of constants);
     each operation rounds to that type (`fused`: one multiply-add, one rounding)."""
     kind = x.dtype
-    exact = x.astype(np.float64) * np.float64(np.asarray(0.1).astype(kind))
-    product = exact if fused else exact.astype(kind).astype(np.float64)
-    return (product + 2.0).astype(kind)
+    tenth = float(np.asarray(0.1).astype(kind))
+    if fused:
+        return _fma(x, tenth, 2.0, kind)
+    return ((x.astype(np.float64) * tenth).astype(kind).astype(np.float64) + 2.0).astype(kind)
+
+
+def _fma(x: np.ndarray, a: float, b: float, kind) -> np.ndarray:
+    """x * a + b rounded once to `kind` (exact rational arithmetic, then one correct rounding to float64, which
+    for narrower kinds rounds again harmlessly: float64 has more than twice their bits plus two)."""
+    from fractions import Fraction
+
+    exact = [float(Fraction(float(v)) * Fraction(a) + Fraction(b)) for v in x.astype(np.float64).ravel()]
+    return np.asarray(exact, np.float64).reshape(x.shape).astype(kind)
 
 
 def _run(skip: set[str]) -> dict[str, str]:
