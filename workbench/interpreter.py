@@ -356,7 +356,8 @@ class Buffers:
         does not lie wholly inside one buffer."""
         element = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
         addresses = np.asarray(ptrs.data, np.uint64)
-        where = None if mask is None else np.broadcast_to(np.asarray(mask.data, bool), addresses.shape)
+        mask = mask if mask is None or isinstance(mask, np.ndarray) else mask.data
+        where = None if mask is None else np.broadcast_to(np.asarray(mask, bool), addresses.shape)
         if where is not None and not where.any():
             return
         # fast path: the lowest and highest address lie in one buffer (so does everything between)
@@ -405,7 +406,9 @@ def _check_memory_ops() -> None:
     load, store = builder_cls.create_masked_load, builder_cls.create_masked_store
     rmw, cas = builder_cls.create_atomic_rmw, builder_cls.create_atomic_cas
 
-    def boolean(mask):
+    def boolean(mask):  # a TensorHandle, or (3.7.1's descriptor loads) a bare NumPy array
+        if isinstance(mask, np.ndarray):
+            return mask if mask.dtype == np.bool_ else mask.astype(np.bool_)
         if mask is None or mask.data.dtype == np.bool_:
             return mask
         return interp.TensorHandle(mask.data.astype(np.bool_), tl.int1)
