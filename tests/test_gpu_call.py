@@ -4,7 +4,6 @@ kernel (the compiler's warps and scratch) and parameters (zeroed outputs, typed 
 custom call XLA receives. The real thing runs in the GPU tests (tests/*/test_gpu.py, tests/test_gpu_launch.py)."""
 
 import json
-import zlib
 
 import jax
 import jax.numpy as jnp

@@ -49,7 +49,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import hashlib
 import math
 import os
 import statistics

@@ -30,7 +30,7 @@ import collections
 import math
 import threading
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import cache, compiler, signature

@@ -48,7 +48,6 @@ from . import signature
 
 import ml_dtypes
 import numpy as np
-import triton
 import triton.language as tl
 
 ALIGNMENT = 64  # bytes: every HostTensor starts at a multiple (TMA descriptors need 16, as a GPU buffer has)
