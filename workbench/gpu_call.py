@@ -240,17 +240,9 @@ def _unlaunched(args, out_shapes, zeroed: Sequence[int], aliases: Mapping[int, i
     import jax.numpy as jnp
 
     by_output = {o: i for i, o in aliases.items()}
-    outs = []
-    for j, s in enumerate(out_shapes):
-        if j in by_output:
-            outs.append(args[by_output[j]])
-        elif j in zeroed or s.dtype == jnp.bool_:
-            outs.append(jnp.zeros(s.shape, s.dtype))
-        elif jnp.issubdtype(s.dtype, jnp.integer):
-            outs.append(jnp.full(s.shape, jnp.iinfo(s.dtype).min, s.dtype))
-        else:
-            outs.append(jnp.full(s.shape, jnp.nan, s.dtype))
-    return outs
+    return [args[by_output[j]] if j in by_output else
+            jnp.full(s.shape, 0 if j in zeroed else signature.unwritten(s.dtype), s.dtype)
+            for j, s in enumerate(out_shapes)]
 
 
 def _ffi(name: str, call, args, out_shapes, aliases: Mapping[int, int], scratch: bool = False):
@@ -267,6 +259,22 @@ def _ffi(name: str, call, args, out_shapes, aliases: Mapping[int, int], scratch:
     return jax.ffi.ffi_call(CUSTOM_CALL, list(out_shapes), **common)(*operands, opaque=opaque)
 
 
+def _kernel_call(args, out_shapes, kernel, grid, meta, zeroed_outputs, aliases, *, num_warps, num_stages,
+                 num_ctas):
+    """(jaxlib's call of `kernel` under one config, whether the kernel has global scratch, None), or, for an empty
+    grid, (None, False, the outputs it leaves)."""
+    bound = Bound(kernel, args, out_shapes, meta)
+    dims = bound.grid(grid)
+    zeroed = zeroed_outputs(dict(bound.meta)) if callable(zeroed_outputs) else tuple(zeroed_outputs)
+    if 0 in dims:
+        return None, False, _unlaunched(args, out_shapes, zeroed, aliases)
+    lib, cc = bindings(), capability()
+    digest, result = compiled(bound, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas, cc=cc)
+    params = _parameters(lib, bound, result, _zeroed(bound, out_shapes, zeroed))
+    call = lib.TritonKernelCall(_kernel(digest, result, num_ctas, cc), *dims, params)
+    return call, result.global_scratch_size > 0, None
+
+
 def launch(args: Sequence[Any], *, kernel, out_shapes: Sequence[Any], grid, name: str = "",
            num_warps: int | None = None, num_stages: int | None = None, num_ctas: int = 1,
            metaparams: Mapping[str, Any] | None = None, zeroed_outputs=(),
@@ -276,18 +284,10 @@ def launch(args: Sequence[Any], *, kernel, out_shapes: Sequence[Any], grid, name
     a function of the meta-parameters; `input_output_aliases` maps an argument's position to the output that
     reuses its buffer; `zeroed_outputs` (indices, or a function of the meta-parameters) start at zero."""
     aliases = dict(input_output_aliases or {})
-    bound = Bound(kernel, args, out_shapes, dict(metaparams or {}))
-    dims = bound.grid(grid)
-    zeroed = zeroed_outputs(dict(bound.meta)) if callable(zeroed_outputs) else tuple(zeroed_outputs)
-    if 0 in dims:
-        return _unlaunched(args, out_shapes, zeroed, aliases)
-    cc = capability()
-    warps, stages = 4 if num_warps is None else num_warps, 3 if num_stages is None else num_stages
-    digest, result = compiled(bound, num_warps=warps, num_stages=stages, num_ctas=num_ctas, cc=cc)
-    lib = bindings()
-    params = _parameters(lib, bound, result, _zeroed(bound, out_shapes, zeroed))
-    call = lib.TritonKernelCall(_kernel(digest, result, num_ctas, cc), *dims, params)
-    return list(_ffi(name, call, args, out_shapes, aliases, scratch=result.global_scratch_size > 0))
+    call, scratch, empty = _kernel_call(args, out_shapes, kernel, grid, dict(metaparams or {}), zeroed_outputs,
+                                        aliases, num_warps=4 if num_warps is None else num_warps,
+                                        num_stages=3 if num_stages is None else num_stages, num_ctas=num_ctas)
+    return empty if call is None else list(_ffi(name, call, args, out_shapes, aliases, scratch))
 
 
 def launch_autotuned(args: Sequence[Any], *, configs: Sequence[Any], kernel, out_shapes: Sequence[Any], grid,
@@ -299,23 +299,20 @@ def launch_autotuned(args: Sequence[Any], *, configs: Sequence[Any], kernel, out
     import numpy as np
 
     aliases = dict(input_output_aliases or {})
-    lib, cc = bindings(), capability()
     calls, scratch = [], False
     for config in configs:
-        bound = Bound(kernel, args, out_shapes, {**(metaparams or {}), **config.kwargs})
-        dims = bound.grid(grid)
-        zeroed = zeroed_outputs(dict(bound.meta)) if callable(zeroed_outputs) else tuple(zeroed_outputs)
-        if 0 in dims:
-            return _unlaunched(args, out_shapes, zeroed, aliases)
-        digest, result = compiled(bound, num_warps=config.num_warps, num_stages=config.num_stages,
-                                  num_ctas=config.num_ctas, cc=cc)
-        params = _parameters(lib, bound, result, _zeroed(bound, out_shapes, zeroed))
-        calls.append((lib.TritonKernelCall(_kernel(digest, result, config.num_ctas, cc), *dims, params), str(config)))
-        scratch = scratch or result.global_scratch_size > 0
+        call, has_scratch, empty = _kernel_call(args, out_shapes, kernel, grid,
+                                                {**(metaparams or {}), **config.kwargs}, zeroed_outputs, aliases,
+                                                num_warps=config.num_warps, num_stages=config.num_stages,
+                                                num_ctas=config.num_ctas)
+        if call is None:
+            return empty
+        calls.append((call, str(config)))
+        scratch = scratch or has_scratch
     if len(calls) == 1:
         return list(_ffi(name, calls[0][0], args, out_shapes, aliases, scratch))
     operands, position = _operands(args)
     sizes = tuple((position[i], o, math.prod(operands[position[i]].shape) * np.dtype(operands[position[i]].dtype).itemsize)
                   for i, o in aliases.items())
-    call = lib.TritonAutotunedKernelCall(f"{name} ({bound.fn.__name__})", calls, sizes)
+    call = bindings().TritonAutotunedKernelCall(f"{name} ({signature.unwrap(kernel)[2].__name__})", calls, sizes)
     return list(_ffi(name, call, args, out_shapes, aliases, scratch))

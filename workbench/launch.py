@@ -234,10 +234,12 @@ def _interpreted_call(args, kernel, out_shapes, grid, zeroed_outputs, aliases, m
     array_pos = [i for i, a in enumerate(args) if is_array(a) or i in descriptors]
     fn = unwrap(kernel)[2]
     constexprs = signature.constexpr_names(fn)
-    for i, a in enumerate(args):  # what the GPU path could not pass fails here, not inside the callback
+    scalar_names = {}  # position → parameter name of each run-time scalar (typed as on a GPU when the kernel runs)
+    for i, a in enumerate(args):
         name = fn.arg_names[i] if i < len(fn.arg_names) else f"argument {i}"
         if i not in array_pos and a is not None and name not in constexprs:
-            signature.scalar_type(a, name)
+            signature.scalar_type(a, name)  # what the GPU path could not pass fails here, not inside the callback
+            scalar_names[i] = name
     arrays = [jnp.asarray(args[i].base if i in descriptors else args[i]) for i in array_pos]
     run = functools.partial(
         _run_interpreted,
@@ -246,6 +248,7 @@ def _interpreted_call(args, kernel, out_shapes, grid, zeroed_outputs, aliases, m
         array_pos=tuple(array_pos),
         descriptors={i: (d.block_shape, d.padding) for i, d in descriptors.items()},
         scalars={i: a for i, a in enumerate(args) if i not in array_pos},
+        scalar_names=scalar_names,
         out_shapes=out_shapes,
         grid=grid,
         zeroed_outputs=zeroed_outputs,
@@ -271,29 +274,20 @@ def _choose_config(tuner, named_args) -> triton.Config | None:
 
 
 def _fresh_output(shape, dtype, zero: bool) -> interpreter.HostTensor:
-    """An output buffer: zeros, or NaN (floats) / the type's minimum (integers) so that an element the kernel
+    """An output buffer: zeros, or `signature.unwritten` (NaN, an integer's minimum) so that an element the kernel
     forgets to write is loud."""
-    dtype = np.dtype(dtype)
-    out = interpreter.HostTensor.copy_of(np.zeros(shape, dtype))
-    if not zero:
-        if np.issubdtype(dtype, np.integer):
-            out.array.fill(np.iinfo(dtype).min)
-        elif dtype != np.bool_:
-            out.array.fill(np.nan)
-    return out
+    return interpreter.HostTensor.copy_of(np.full(shape, 0 if zero else signature.unwritten(dtype), np.dtype(dtype)))
 
 
-def _run_interpreted(*arrays, kernel, n_args, array_pos, descriptors, scalars, out_shapes, grid, zeroed_outputs,
-                     aliases, metaparams):
+def _run_interpreted(*arrays, kernel, n_args, array_pos, descriptors, scalars, scalar_names, out_shapes, grid,
+                     zeroed_outputs, aliases, metaparams):
     tuner, heuristics, fn = unwrap(kernel)
-    constexprs = signature.constexpr_names(fn)
     call_args = [None] * n_args
     for pos, arr in zip(array_pos, arrays):
         host = interpreter.HostTensor.copy_of(arr)
         call_args[pos] = interpreter.tensor_descriptor(host, *descriptors[pos]) if pos in descriptors else host
-    for pos, value in scalars.items():
-        name = fn.arg_names[pos] if pos < len(fn.arg_names) else f"argument {pos}"
-        call_args[pos] = value if value is None or name in constexprs else interpreter.scalar_argument(value, name)
+    for pos, value in scalars.items():  # a constexpr or None as it is, a run-time scalar typed
+        call_args[pos] = interpreter.scalar_argument(value, scalar_names[pos]) if pos in scalar_names else value
     out_names = fn.arg_names[n_args:n_args + len(out_shapes)]
     named = dict(zip(fn.arg_names, call_args))
 

@@ -37,6 +37,15 @@ def is_array(a: Any) -> bool:
     return hasattr(a, "shape") and hasattr(a, "dtype") and not isinstance(a, (bool, int, float, np.generic))
 
 
+def unwritten(dtype: Any) -> Any:
+    """What an output element holds when the kernel does not write it (outputs start so, on both paths, unless
+    zeroed): NaN for floats, the minimum for integers (loud), False for booleans."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return False
+    return np.iinfo(dtype).min if np.issubdtype(dtype, np.integer) else np.nan
+
+
 def element_type(dtype: Any, name: str = "argument") -> str:
     """Triton's name of an array's element type (`dtype`: anything `np.dtype` reads, bfloat16 included)."""
     key = np.dtype(dtype).name
