@@ -59,7 +59,8 @@ def paths(dtype):
     for case in verify.FLASH_CASES[:2]:
         inputs, options = verify.flash_case_inputs(case, dtype)
         tunings = [FlashTuning(dq="atomic"), FlashTuning(dq="pass"), FlashTuning(split_rows=True),
-                   FlashTuning(split_rows=False)]
+                   FlashTuning(split_rows=False), FlashTuning(forward_loads="pointers"),
+                   FlashTuning(split_rows=True, forward_loads="pointers")]
         if inputs["q"].shape[-1] * jnp.dtype(dtype).itemsize % 16 == 0:
             tunings.append(FlashTuning(forward_loads="tma"))
         for tuning in tunings:

@@ -65,7 +65,8 @@ def _kda_ops(dtype):
 def _attention(dtype):
     for case in verify.FLASH_CASES:
         inputs, options = verify.flash_case_inputs(case, dtype)
-        tunings = [FlashTuning(dq="atomic"), FlashTuning(dq="pass")]
+        tunings = [FlashTuning(dq="atomic"), FlashTuning(dq="pass"), FlashTuning(forward_loads="pointers"),
+                   FlashTuning(split_rows=True)]
         if inputs["q"].shape[-1] * jnp.dtype(dtype).itemsize % 16 == 0:  # what tensor descriptors need
             tunings.append(FlashTuning(forward_loads="tma"))
         for tuning in tunings:

@@ -571,9 +571,27 @@ def test_tma_forward_equals_pointer_forward(seed, shape, config, packed, D, dtyp
     inputs = inputs_for(seed, (B, Tq, Tk, H, Hkv, D), dtype=dtype, cu_seqlens=packed, **made)
     cts = cotangents(seed + 1, inputs)
     for split in (True, False):
-        pointers = kernel_results(inputs, cts, tuning=Tuning(split_rows=split), **options)
+        pointers = kernel_results(inputs, cts, tuning=Tuning(split_rows=split, forward_loads="pointers"), **options)
         tma = kernel_results(inputs, cts, tuning=Tuning(split_rows=split, forward_loads="tma"), **options)
         assert_same(tma, pointers, tol=0.0)
+
+
+@pytest.mark.parametrize("D,dtype,loads", [(16, jnp.bfloat16, True), (12, jnp.bfloat16, False), (8, jnp.bfloat16, True),
+                                           (4, jnp.float32, True), (6, jnp.float32, False)])
+def test_default_forward_reads_through_descriptors_where_rows_allow(D, dtype, loads):
+    """The default `Tuning()` launches the whole-block forward (`flash_fwd_banded_kernel`, with or without a
+    causal mask) with K and V through tensor descriptors when a row is a multiple of 16 bytes, and with
+    pointer loads otherwise (no error: only an explicit `forward_loads="tma"` asks for descriptors)."""
+    inputs = inputs_for(3, (1, 16, 16, 2, 1, D), dtype=dtype)
+    for causal in (False, True):
+        seen = []
+        with launch.observing(seen.append):
+            jax.eval_shape(functools.partial(workbench.flash_attention, causal=causal), inputs["q"], inputs["k"],
+                           inputs["v"])
+        forward = [s for s in seen if "TMA" in s.metaparams]
+        assert len(forward) == 1, [s.metaparams for s in seen]
+        assert forward[0].metaparams["TMA"] is loads
+        assert forward[0].kernel is kernels.flash_fwd_banded_kernel
 
 
 def test_tma_forward_needs_16_byte_rows():

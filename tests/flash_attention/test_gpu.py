@@ -96,12 +96,19 @@ def test_compiled_dq_pass_within_budget(case):
     _three_way(inputs, 2, tuning=Tuning(dq="pass"), **options)
 
 
-@pytest.mark.parametrize("case", ["causal-D128", "window+softcap+sinks+bias-D80"])
-def test_compiled_tma_forward_within_budget(case):
-    """`Tuning(forward_loads="tma")`: descriptors made on the device, in the launcher's global scratch."""
+FORWARDS = {"pointer loads": Tuning(forward_loads="pointers"),
+            "halves, pointer loads": Tuning(split_rows=True, forward_loads="pointers"),
+            "halves, descriptors": Tuning(split_rows=True, forward_loads="tma")}
+
+
+@pytest.mark.parametrize("tuning", FORWARDS.values(), ids=FORWARDS.keys())
+@pytest.mark.parametrize("case", ["causal-D128", "non-causal-D80-GQA-Tq<Tk", "window+softcap+sinks+bias-D80"])
+def test_compiled_other_forwards_within_budget(case, tuning):
+    """The forwards a `Tuning` selects besides the default (whole row blocks, K and V through descriptors made on
+    the device, in the launcher's global scratch): masked pointer loads, and rows in two halves either way."""
     (B, Tq, Tk, H, Hkv, D), made, options = CASES[case]
     inputs = testing.attention_inputs(1, B, Tq, Tk, H, Hkv, D, dtype=jnp.bfloat16, **made)
-    _three_way(inputs, 2, tuning=Tuning(forward_loads="tma"), **options)
+    _three_way(inputs, 2, tuning=tuning, **options)
 
 
 def test_compiled_tma_forward_matches_pointer_loads_on_varlen():

@@ -39,8 +39,7 @@ class Tuning:
     backward: "triton" runs the backward kernels; "reference" runs `jax.vjp` of the reference
         instead (on the same dropout mask), so the forward kernel can be tested alone.
     split_rows: the forward's row blocks in two halves that share each K, V tile (True) or whole
-        (False); None chooses: halves without a causal mask or window, whole blocks with one
-        (kernels.py, FWD_CONFIGS, has the measurements).
+        (False); None means whole blocks (kernels.py, FWD_BANDED_CONFIGS, has the measurements).
     dq: how the backward forms dQ. "atomic": the dK/dV pass adds each tile's dS K into float32 rows
         with atomics (5 products per tile, one pass; float additions in a run-dependent order, so dq
         may differ between runs in its last bits); "pass": a second pass per query block owns its
@@ -48,13 +47,14 @@ class Tuning:
     forward_loads: how the forward reads K and V. "pointers": masked pointer loads; "tma": tensor
         descriptors made on the device (Hopper's TMA copy engine on a GPU; rows past the sequence and
         columns past D read as 0, as the masked loads give). Descriptors need rows of a multiple of 16
-        bytes (D a multiple of 8 in 16-bit dtypes, of 4 in float32).
+        bytes (D a multiple of 8 in 16-bit dtypes, of 4 in float32); "tma" with other rows is a
+        ValueError. None means "tma" where the rows allow it, else "pointers".
     """
 
     backward: Literal["triton", "reference"] = "triton"
     split_rows: bool | None = None
     dq: Literal["atomic", "pass"] | None = None
-    forward_loads: Literal["pointers", "tma"] = "pointers"
+    forward_loads: Literal["pointers", "tma"] | None = None
 
     def __post_init__(self):
         if self.backward not in ("triton", "reference"):
@@ -63,8 +63,8 @@ class Tuning:
             raise ValueError(f"Tuning.split_rows: expected None, True or False, got {self.split_rows!r}")
         if self.dq not in (None, "atomic", "pass"):
             raise ValueError(f"Tuning.dq: expected None, 'atomic' or 'pass', got {self.dq!r}")
-        if self.forward_loads not in ("pointers", "tma"):
-            raise ValueError(f"Tuning.forward_loads: expected 'pointers' or 'tma', got {self.forward_loads!r}")
+        if self.forward_loads not in (None, "pointers", "tma"):
+            raise ValueError(f"Tuning.forward_loads: expected None, 'pointers' or 'tma', got {self.forward_loads!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,10 +197,19 @@ def _packed(x):
 
 
 def _forward_kernel(static: _Static):
-    split = static.tuning.split_rows
-    if split is None:
-        split = not static.spec.causal and static.spec.window is None
-    return kernels.flash_fwd_split_kernel if split else kernels.flash_fwd_banded_kernel
+    return kernels.flash_fwd_split_kernel if static.tuning.split_rows else kernels.flash_fwd_banded_kernel
+
+
+def _forward_loads(q, tuning: Tuning) -> str:
+    """"tma" or "pointers" (Tuning.forward_loads): descriptors need rows of a multiple of 16 bytes."""
+    D = q.shape[-1]
+    rows_fit = (D * q.dtype.itemsize) % 16 == 0
+    if tuning.forward_loads is None:
+        return "tma" if rows_fit else "pointers"
+    if tuning.forward_loads == "tma" and not rows_fit:
+        raise ValueError(f"Tuning.forward_loads='tma': tensor descriptors need rows of a multiple of 16 bytes, "
+                         f"got D = {D} in {q.dtype.name} (q shape {tuple(q.shape)})")
+    return tuning.forward_loads
 
 
 def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _Static, keep_f32: bool = False):
@@ -208,10 +217,7 @@ def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _St
     B, Tq, H, D = q.shape
     N = cu_q.shape[0] - 1
     arrays, scalars, meta = _launch_args(q, k, sinks, bias, q_seg, kv_seg, seeds, static)
-    loads = static.tuning.forward_loads
-    if loads != "pointers" and (D * q.dtype.itemsize) % 16:
-        raise ValueError(f"Tuning.forward_loads={loads!r}: tensor descriptors need rows of a multiple of 16 bytes, "
-                         f"got D = {D} in {q.dtype.name} (q shape {tuple(q.shape)})")
+    loads = _forward_loads(q, static.tuning)
     o, lse, o_f32 = triton_call(
         _packed(q), _packed(k), _packed(v), cu_q, cu_k, arrays["bias"], arrays["q_seg"], arrays["kv_seg"],
         arrays["sinks"], arrays["seeds"],

@@ -75,6 +75,12 @@ def _fwd_tiles(acc_a, m_a, l_a, acc_b, m_b, l_b, b_qa, b_qb, o_a, o_b, k_base, v
 # 1.53 / 0.92, (256, 64, 16, 2) 1.44 / 0.88; halves of 64 rows: (128, 64, 8, 3) 2.28. With a causal
 # mask (or a window) the halves see different key ranges and the split loses; there the whole blocks
 # run, last block first. (64, 32, 4, 2) is the fallback that fits D = 256 and float32.
+# On Triton 3.9 (H200, 2026-11-27, each config alone, ms causal / non-causal, data/bench/stack) the halves
+# lost their lead: (256, 64, 8, 3) halves 0.83 / 1.33; whole blocks with pointer loads (128, 128, 8, 3)
+# 0.76 / 1.30, (128, 64, 8, 3) 0.75 / 1.29, (128, 64, 8, 4) 0.75 / 1.26; with K, V through descriptors
+# (Tuning.forward_loads) (128, 128, 8, 3) 0.72 / 1.19, (128, 64, 8, 3) 0.72 / 1.19, (128, 64, 8, 5)
+# 0.75 / 1.24, (128, 32, 8, 3) 0.81 / 1.29 (Triton 3.6 with pointer loads: 0.72 / 1.22, halves for the
+# second). So whole blocks through descriptors are the default, FWD_BANDED_CONFIGS' first entry.
 FWD_CONFIGS = fwd_configs(True, [(256, 64, 8, 3), (128, 64, 8, 3)]) + fwd_configs(False, [(64, 32, 4, 2)])
 
 
@@ -253,7 +259,10 @@ DKDV_CONFIGS = bwd_configs([(64, 128, 8, 2), (32, 128, 8, 3), (32, 64, 4, 2)])
 # additions per dq element), listed for scripts/config_times.py to time alone: a launch runs only the first
 # entry (or the fallback, _prune_large_heads), so no call reaches them before a measurement puts one
 # first. (32, 64, 4, 2) is the fallback.
-DKDV_DQ_CONFIGS = bwd_configs([(64, 128, 8, 2), (32, 128, 8, 2), (64, 64, 8, 2), (64, 64, 8, 3), (32, 64, 4, 2)])
+# Triton 3.9 (H200, same shape, one process, 2026-11-27, data/bench/stack/20261127T1200-h200-configs):
+# (64, 128, 8, 3) 3.01 / 5.16, (64, 128, 8, 2) 3.31 / 5.43, (64, 128, 8, 1) 3.23 / 5.64, (32, 128, 8, 2)
+# 3.72 / 7.07, (64, 64, 8, 2) 4.55 / 8.51; so the third stage now comes first.
+DKDV_DQ_CONFIGS = bwd_configs([(64, 128, 8, 3), (64, 128, 8, 2), (32, 128, 8, 2), (64, 64, 8, 2), (64, 64, 8, 3), (32, 64, 4, 2)])
 
 
 @triton.heuristics({"HAS_BIAS": given("bias"), "HAS_SEGMENTS": given("q_seg")})
