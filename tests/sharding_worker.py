@@ -158,4 +158,5 @@ if __name__ == "__main__":
         start = time.perf_counter()
         results.append(run_case(c))
         print(f"{c} {time.perf_counter() - start:.1f} s", file=sys.stderr)
+        print(json.dumps(results[-1], default=str), file=sys.stderr, flush=True)  # each as it comes
     json.dump(results, sys.stdout)

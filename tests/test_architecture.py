@@ -16,6 +16,7 @@ MAX_LINES = 800
 # Floors, bottom to top (docs/architecture.md): a module imports only modules on its own floor or below.
 FLOORS = [
     ("base", ["workbench._backend", "workbench._precision", "workbench._checks", "workbench._sharding",
+              "workbench._partitioned",
               "workbench.tl_helpers"]),
     ("bounds", ["workbench._bounds"]),
     ("launcher", ["workbench.signature", "workbench.interpreter", "workbench.compiler", "workbench.cache",

@@ -4,7 +4,11 @@
   inputs' varying manual axes);
 * on an explicit-axes mesh, batch sharded over "data" and heads over "model" (the op builds the shard_map
   from the inputs' types);
-* on an automatic-axes mesh, batch sharded over both axes (data parallelism).
+* on an automatic-axes mesh, batch sharded over both axes (data parallelism);
+* on an automatic-axes mesh, heads sharded over both axes, or batch over "data" and heads over "model": the
+  op keeps that layout (custom calls partitioned once the partitioner knows it, workbench/_partitioned.py).
+  On a CPU these run the reference implementation (the interpreter's kernel launches are host callbacks, which
+  cannot run inside such calls); the `gpu` test adds the compiled kernels with the heads split.
 
 Each case must equal the same computation on unsharded arrays, keep its inputs' sharding on its outputs,
 and compile without moving its inputs: no all-gather, all-to-all or collective-permute (an all-reduce only
@@ -31,8 +35,15 @@ CASES = ([dict(op=op, mode=mode, layout="batch+heads") for op in OPS for mode in
          + [dict(op=op, mode="automatic", layout="batch") for op in OPS]
          + [dict(op=f"{op}:reference", mode="explicit", layout="batch+heads") for op in OPS]
          + [dict(op=f"{op}:reference", mode="automatic", layout="batch") for op in ("chunk_gla", "flash_attention")]
+         # automatic mesh, the layout kept as it comes (custom calls partitioned once it is known, _partitioned.py):
+         # the reference path runs them on a CPU, the compiled kernels on GPUs (the interpreter's callbacks cannot)
+         + [dict(op=f"{op}:reference", mode="automatic", layout=layout) for op in OPS
+            for layout in ("heads", "batch+heads") if op != "flash_attention" or layout != "heads"]
          + [dict(op="flash_attention_packed", mode="explicit", layout="heads"),
             dict(op="flash_attention_packed", mode="automatic", layout="heads")])
+# the compiled kernels on an automatic mesh with the heads split (on a CPU the interpreter keeps the batch-first
+# rule, its launches being host callbacks): GPUs only
+GPU_CASES = [dict(op=op, mode="automatic", layout="heads") for op in OPS]
 REFUSED = [dict(op="flash_attention", mode="explicit", layout="sequence"),
            dict(op="recurrent", mode="explicit", layout="sequence")]
 BENCH = [dict(op="chunk_gla", mode="data_parallel", layout="batch")]
@@ -43,10 +54,18 @@ MOVES = ("all-gather", "all-to-all", "collective-permute", "reduce-scatter")
 def results() -> dict[str, dict]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
     proc = subprocess.run([sys.executable, str(ROOT / "tests" / "sharding_worker.py")],
-                          input=json.dumps(CASES + REFUSED + BENCH), capture_output=True, text=True, env=env,
+                          input=json.dumps(CASES + REFUSED + BENCH + (GPU_CASES if _gpus() >= 2 else [])),
+                          capture_output=True, text=True, env=env,
                           timeout=1500)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return {_id(r): r for r in json.loads(proc.stdout)}
+
+
+def _gpus() -> int:
+    """GPUs this machine shows (0 on a CPU-only machine: the worker then sees 4 host devices)."""
+    import jax
+
+    return sum(d.platform == "gpu" for d in jax.devices())
 
 
 def _id(case) -> str:
@@ -99,7 +118,7 @@ def test_every_case_on_gpus():
 
     if jax.device_count() < 2:
         pytest.skip(f"needs two or more GPUs, this machine has {jax.device_count()}")
-    for case in CASES:
+    for case in CASES + GPU_CASES:
         test_sharded_equals_unsharded_without_moving_inputs(case)
     for case in REFUSED:
         test_a_sharded_sequence_is_a_value_error(case)

@@ -20,6 +20,8 @@ import jax
 from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
+from . import _backend, _partitioned
+
 
 def varying_axes(x) -> frozenset:
     """The manual mesh axes `x` varies over inside `jax.shard_map` (empty outside one, or for a constant)."""
@@ -92,7 +94,7 @@ def explicitly_sharded(*arrays) -> bool:
 
 
 def per_device(op: str, fn: Callable[..., Any], arrays: Mapping[str, Any], dims: Mapping[str, Dims], out_dims,
-               *, hint: str = "") -> Any:
+               *, hint: str = "", kernels: bool = True) -> Any:
     """`fn(**arrays)`, run once per device over the mesh axes that split the arrays' batch and heads.
 
     A Triton kernel is a custom call the partitioner cannot see into: left alone, XLA gathers its inputs
@@ -106,9 +108,14 @@ def per_device(op: str, fn: Callable[..., Any], arrays: Mapping[str, Any], dims:
       is a ValueError naming the argument, its dimension and the axes (`hint` says what to use instead). An
       array whose batch or head dimension is replicated while another's is sharded is resharded to match.
     * automatic mesh axes: the partitioner decides the layout only after the op is traced, so the op cannot
-      see it. It splits the batch over the mesh's axes, in order, as long as their sizes divide the batch
-      (data parallelism: the layout of a batch sharded over the mesh, which then moves nothing), and the
-      heads over the axes left that divide every head count; XLA reshards inputs laid out otherwise.
+      see it while tracing. The op then runs as custom calls partitioned when the layout is known
+      (`_partitioned.automatic`): each device on the batch rows and heads it holds, outputs in the same layout,
+      nothing moved (the batch and heads split over the mesh axes that split the first array with such a
+      dimension; a sharded sequence is gathered). Where `fn` launches kernels in Triton's interpreter (`kernels`
+      on a machine that interprets them: host callbacks, which crash inside such custom calls) the op cannot
+      wait for the layout: it splits the batch over the mesh's axes, in order, as long as their sizes divide
+      the batch (data parallelism: the layout of a batch sharded over the mesh, which then moves nothing), and
+      the heads over the axes left that divide every head count; XLA reshards inputs laid out otherwise.
 
     Inside `shard_map`, on one device, or without a mesh, this is `fn(**arrays)`.
     """
@@ -120,6 +127,11 @@ def per_device(op: str, fn: Callable[..., Any], arrays: Mapping[str, Any], dims:
         mesh = _automatic_mesh(present)
         if mesh is None:
             return fn(**arrays)
+        if not (kernels and _backend.INTERPRET):
+            names = list(present)
+            rest = {n: x for n, x in arrays.items() if n not in present}
+            return _partitioned.automatic(op, lambda *v: fn(**rest, **dict(zip(names, v))), names,
+                                          [present[n] for n in names], dims, out_dims, mesh)
         batch_axes, head_axes = _automatic_axes(mesh, present, dims)
         if not batch_axes and not head_axes:
             return fn(**arrays)

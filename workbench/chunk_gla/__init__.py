@@ -113,7 +113,7 @@ def chunk_gla(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, cu_se
     body = functools.partial(_chunk_gla, scale=scale, chunk_size=chunk_size, impl=impl, tuning=tuning or Tuning())
     arrays = dict(q=q, k=k, v=v, g=g, gk=gk, initial_state=initial_state, cu_seqlens=cu_seqlens)
     return per_device("chunk_gla", body, arrays, linear_dims(cu_seqlens is not None),
-                      linear_out_dims(cu_seqlens is not None), hint=SEQUENCE_HINT)
+                      linear_out_dims(cu_seqlens is not None), hint=SEQUENCE_HINT, kernels=impl != "reference")
 
 
 def _chunk_gla(q, k, v, g, gk, initial_state, cu_seqlens, *, scale, chunk_size, impl, tuning):

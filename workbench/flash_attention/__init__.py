@@ -126,7 +126,7 @@ def flash_attention(q, k, v, *, causal=False, scale=None, sliding_window=None, s
     body = functools.partial(_flash_attention, spec=spec, impl=impl, tuning=tuning or Tuning())
     o, lse = per_device("flash_attention", body, arrays, _DIMS, (Dims("B T H D"), Dims("B H T", 0, 1)),
                         hint="for a sequence sharded across devices use workbench.ring_attention or "
-                             "workbench.sharded_ring_attention")
+                             "workbench.sharded_ring_attention", kernels=impl != "reference")
     return (o, lse) if spec.return_lse else o
 
 

@@ -181,7 +181,7 @@ def chunk_kda(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=No
     return per_device("chunk_kda", body, dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state,
                                               cu_seqlens=cu_seqlens),
                       linear_dims(cu_seqlens is not None), linear_out_dims(cu_seqlens is not None),
-                      hint=SEQUENCE_HINT)
+                      hint=SEQUENCE_HINT, kernels=impl != "reference")
 
 
 def _segments(tuning: Tuning | None, q, impl: str) -> None:
@@ -443,7 +443,7 @@ def recurrent_kda(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlen
     return per_device("recurrent_kda", body, dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state,
                                                   cu_seqlens=cu_seqlens),
                       linear_dims(cu_seqlens is not None), linear_out_dims(cu_seqlens is not None),
-                      hint=SEQUENCE_HINT)
+                      hint=SEQUENCE_HINT, kernels=impl != "reference")
 
 
 def _recurrent_kda(q, k, v, g, beta, initial_state, cu_seqlens, *, static: _Static, impl: str):

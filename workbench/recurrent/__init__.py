@@ -86,7 +86,7 @@ def recurrent(q, k, v, g=None, g_gamma=None, gk=None, gv=None, *, scale=None, in
     arrays = dict(q=q, k=k, v=v, g=g, g_gamma=g_gamma, gk=gk, gv=gv, initial_state=initial_state,
                   cu_seqlens=cu_seqlens)
     return per_device("recurrent", body, arrays, linear_dims(cu_seqlens is not None),
-                      linear_out_dims(cu_seqlens is not None), hint=SEQUENCE_HINT)
+                      linear_out_dims(cu_seqlens is not None), hint=SEQUENCE_HINT, kernels=impl != "reference")
 
 
 def _recurrent(q, k, v, g, g_gamma, gk, gv, initial_state, cu_seqlens, *, scale, reverse, impl, tuning):
