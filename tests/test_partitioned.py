@@ -37,7 +37,7 @@ def _op_with_table(x):
 
 
 def _op_with_odd_residual(x):
-    """A residual of B + B // 4 + 1 rows: not a whole number of rows per device when the batch is split in two."""
+    """A residual of B + B // 4 + 1 rows (checkpoints every 4 rows and one more)."""
 
     @jax.custom_vjp
     def f(x):
@@ -53,34 +53,41 @@ def _op_with_odd_residual(x):
     return f(x)
 
 
-def test_a_residual_that_grows_with_the_batch_and_an_offset_splits_its_rows_and_pads_the_offset():
+MESH = types.SimpleNamespace(axis_sizes=(2, 2))
+
+
+def test_a_residual_that_grows_with_the_batch_is_declared_large_enough_for_every_split():
     x = jnp.ones((B, T, H))
     roles = ((BATCH, "", HEAD),)
-    dims, splittable = _partitioned._residual_dims(_op_with_table, (x,), roles, devices=4)
+    dims, splittable = _partitioned._residual_dims(_op_with_table, (x,), roles, MESH)
     assert splittable == {BATCH: True, HEAD: True}
     by_shape = {tuple(d.size for d in r): r for r in dims}
     (table,) = by_shape[(B + 1,)]
-    assert (table.role, table.per, table.offset) == (BATCH, B, 1)
-    # declared: the B rows plus one offset per device of the largest split, padded to a multiple of B
-    assert table.declared % B == 0 and table.declared >= B + 4
+    assert table.role == BATCH
+    # each device's part: B / 2 + 1 rows under a split in two, B / 4 + 1 in four; declared a multiple of B
+    assert table.local({BATCH: 2, HEAD: 1}) == B // 2 + 1 and table.local({BATCH: 4, HEAD: 1}) == B // 4 + 1
+    assert table.declared % B == 0 and table.declared // 4 >= B // 4 + 1 and table.declared // 2 >= B // 2 + 1
     x_dims = by_shape[(B, T, H)]
-    assert [d.role for d in x_dims] == [BATCH, "", HEAD] and all(d.offset == 0 for d in x_dims)
+    assert [d.role for d in x_dims] == [BATCH, "", HEAD] and [d.declared for d in x_dims] == [B, 0, H]
+    assert [d.local({BATCH: 2, HEAD: 2}) for d in x_dims] == [B // 2, T, H // 2]
     split = {BATCH: 2, HEAD: 1}
-    assert table.local(split) == B // 2 + 1 and table.held(split) == table.declared // 2
     local = jnp.arange(B // 2 + 1)
     held = _partitioned._held(local, (table,), split, "op")
     assert held.shape == (table.declared // 2,)
     np.testing.assert_array_equal(_partitioned._unheld(held, (table,), split), local)
 
 
-def test_a_residual_that_grows_otherwise_keeps_the_batch_whole():
+def test_checkpoint_like_residuals_split_too():
     x = jnp.ones((B, T, H))
-    _, splittable = _partitioned._residual_dims(_op_with_odd_residual, (x,), ((BATCH, "", HEAD),), devices=4)
-    assert splittable == {BATCH: False, HEAD: True}
+    dims, splittable = _partitioned._residual_dims(_op_with_odd_residual, (x,), ((BATCH, "", HEAD),), MESH)
+    assert splittable == {BATCH: True, HEAD: True}
+    (odd,) = next(r for r in dims if len(r) == 1)
+    assert odd.size == B + B // 4 + 1 and odd.local({BATCH: 2, HEAD: 1}) == B // 2 + B // 8 + 1
+    assert odd.declared // 4 >= odd.local({BATCH: 4, HEAD: 1})
 
 
 def test_a_residual_of_the_wrong_shape_is_a_value_error_naming_the_op():
-    dim = _partitioned._Dim(BATCH, 5, 4, 1, 8)
+    dim = _partitioned._Dim(BATCH, 5, 8, (((1, 1), 5), ((2, 1), 3)))
     try:
         _partitioned._held(jnp.zeros((4,)), (dim,), {BATCH: 2, HEAD: 1}, "my_op")
     except ValueError as exc:
@@ -90,7 +97,7 @@ def test_a_residual_of_the_wrong_shape_is_a_value_error_naming_the_op():
 
 
 def test_the_splits_a_mesh_allows_divide_every_count():
-    mesh = types.SimpleNamespace(axis_sizes=(2, 2))
+    mesh = MESH
     values = (jnp.ones((B, T, H)), jnp.ones((B, T, 1)))
     roles = ((BATCH, "", HEAD), (BATCH, "", ""))
     assert _partitioned._splits(mesh, values, roles) == {(1, 1), (2, 1), (4, 1), (1, 2), (2, 2)}

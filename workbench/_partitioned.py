@@ -21,12 +21,14 @@ Three custom calls, one `jax.custom_vjp`:
   broadcast gives.
 
 Where the residuals are split: their global shapes come from tracing `jax.vjp(fn)` abstractly at the global
-shapes, and again with the batch doubled and with the heads doubled: a dimension that doubles with the batch
-holds batch rows, with the heads heads, with both both (a packed `B·T` or `B·H` dimension); one that grows by
-its size less an offset (a table of N + 1 sequence bounds) holds per-device parts padded to equal size (`_Dim`);
-others are whole on every device. When a dimension grows in another way (a kernel's checkpoints of the state,
-per sequence and per block of steps), the residuals cannot be split: the forward then keeps none, and the
-backward runs the forward again on each device before its own kernels (one forward more, nothing moved).
+shapes, with the batch doubled and with the heads doubled (a dimension that changes holds batch rows, heads or
+both), and at each device's shapes under every split of the batch and heads the mesh allows. A dimension's
+declared size is a multiple of every split, large enough for each device's part (a table of N + 1 sequence
+bounds, a kernel's state checkpoints per sequence and block of steps): each device's residual is padded to its
+share and cut back in the backward (`_Dim`); the same for a dimension that is whole on every device but sized
+differently at some per-device shape (an op that takes another path for a single sequence). Where some split
+changes the residuals' number, ranks or dtypes, the forward keeps none and the backward runs the forward again
+on each device before its own kernels (one forward more, nothing moved).
 
 Callbacks: a `pure_callback` (the Triton interpreter's launch on a CPU) inside `custom_partitioning` crashes the
 process (JAX 0.10.2 and 0.12, CPU, segmentation fault), so on the interpreter path `_sharding.per_device` keeps
@@ -63,11 +65,13 @@ def automatic(op: str, fn: Callable[..., Any], names: Sequence[str], values: Seq
     out_shapes = jax.tree.leaves(out_struct)
     out_tree = jax.tree.structure(out_struct)
     out_roles = tuple(_input_roles(d, s.shape) for d, s in zip(out_leaves, out_shapes))
-    residuals, splittable = _residual_dims(fn, values, roles, mesh.size)
+    found = _residual_dims(fn, values, roles, mesh)
     present = {r for rs in roles for r in rs if r}
-    recompute = any(not splittable[r] for r in present) or not _predicted(fn, values, roles, residuals, mesh)
+    recompute = found is None or any(not found[1][r] for r in present)
     if recompute:  # residuals that cannot be split: the backward runs the forward again on each device
         residuals, splittable = (), {r: r in present for r in (BATCH, HEAD)}
+    else:
+        residuals, splittable = found
     res_roles = tuple(tuple(d.role for d in r) for r in residuals)
     layout = _Layout(op, mesh, names, tuple(x.shape for x in values), roles, splittable)
     n_out = len(out_shapes)
@@ -176,66 +180,77 @@ def _scaled(values, roles, role) -> list:
 
 @dataclasses.dataclass(frozen=True)
 class _Dim:
-    """One dimension of a residual: its role ("", BATCH, HEAD or both), its size at the global shapes = `per` (the
-    part that splits with the role's count) + `offset` (a part every device has: the 1 of a packed sequence
-    table's N + 1 entries), and `declared`, its size in the custom calls: with an offset, padded so that each
-    device's part (declared ÷ devices splitting it) holds its own per ÷ devices + offset entries."""
+    """One dimension of a residual: its role ("", BATCH, HEAD or both: the counts it changes with), its size at the
+    global shapes, each device's size under each split the mesh allows (`sizes`: ((batch split, head split),
+    size) pairs, traced), and `declared`, its size in the custom calls: a multiple of every split, so that each
+    device's part (declared ÷ devices splitting it) holds its own entries, padded."""
 
     role: str
     size: int
-    per: int = 0
-    offset: int = 0
     declared: int = 0
+    sizes: tuple = ()
 
     def local(self, split: Mapping[str, int]) -> int:
-        if not self.role:
-            return self.size
-        return self.per // math.prod(split[r] for r in self.role) + self.offset
+        return dict(self.sizes)[(split[BATCH], split[HEAD])] if self.sizes else self.size
 
     def held(self, split: Mapping[str, int]) -> int:
-        return self.declared // math.prod(split[r] for r in self.role) if self.role else self.size
+        if not self.sizes:
+            return self.size
+        return self.declared // math.prod(split[r] for r in self.role)
 
 
-def _residual_dims(fn, values, roles, devices: int) -> tuple[tuple, dict]:
-    """(each residual's `_Dim`s, {BATCH: whether the batch may be split, HEAD: the heads}) by tracing jax.vjp(fn)
-    at the global shapes and with the batch, then the heads, doubled. A dimension that doubles is split with
-    that role (with both, by both); one that grows by its size minus an offset splits its `per` part (padded,
-    `_Dim`); one that grows otherwise, or with both roles not by doubling, keeps that role from splitting."""
+def _residual_dims(fn, values, roles, mesh) -> tuple[tuple, dict] | None:
+    """(each residual's `_Dim`s, {BATCH: whether the batch may be split, HEAD: the heads}), or None when the
+    residuals cannot be split (the backward then runs the forward again).
+
+    jax.vjp(fn) is traced abstractly at the global shapes, with the batch and then the heads doubled (a dimension
+    that changes has that role), and at each device's shapes under every split the mesh allows (`_splits`): each
+    dimension's size there. None when a split changes the residuals' number, ranks or dtypes."""
     base = _residual_shapes(fn, [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in values])
     if base is None:
         raise ValueError("automatic partitioning: the op refused its own shapes")
     leaves = base[0]
+
+    def alike(found):
+        return found is not None and len(found[0]) == len(leaves) and all(
+            len(a.shape) == len(b.shape) and a.dtype == b.dtype for a, b in zip(leaves, found[0]))
+
     counts = {role: sorted({n for x, rs in zip(values, roles) for n, r in zip(x.shape, rs) if r == role})
               for role in (BATCH, HEAD)}
-    growth: dict[str, list | None] = {}
+    changes = {}
     for role in (BATCH, HEAD):
         probe = _residual_shapes(fn, _scaled(values, roles, role)) if counts[role] else None
-        same = probe is not None and len(probe[0]) == len(leaves) and all(
-            len(a.shape) == len(b.shape) and a.dtype == b.dtype for a, b in zip(leaves, probe[0]))
-        growth[role] = [[n - m for m, n in zip(a.shape, b.shape)] for a, b in zip(leaves, probe[0])] if same else None
-    splittable = {role: growth[role] is not None for role in (BATCH, HEAD)}
-
-    def dim(j, d, n):
-        grows = {role: growth[role][j][d] for role in (BATCH, HEAD) if splittable[role] and growth[role][j][d]}
-        if not grows:
-            return _Dim("", n)
-        if len(grows) == 2:
-            if all(g == n for g in grows.values()):
-                return _Dim(BATCH + HEAD, n, n, 0, n)
-            splittable[BATCH] = splittable[HEAD] = False
-            return _Dim("", n)
-        ((role, per),) = grows.items()
-        unit = next((c for c in counts[role] if per > 0 and per % c == 0), None)
-        if unit is None:
-            splittable[role] = False
-            return _Dim("", n)
-        offset = n - per
-        return _Dim(role, n, per, offset, n if offset == 0 else per + max(offset, 0) * devices * unit)
-
-    found = [[dim(j, d, n) for d, n in enumerate(x.shape)] for j, x in enumerate(leaves)]
-    # a role turned off by a later dimension turns off in the earlier ones too
-    dims_ = tuple(tuple(dm if all(splittable[r] for r in dm.role) else _Dim("", dm.size) for dm in r) for r in found)
-    return dims_, splittable
+        changes[role] = ([[m != n for m, n in zip(a.shape, b.shape)] for a, b in zip(leaves, probe[0])]
+                         if alike(probe) else None)
+    splittable = {role: changes[role] is not None for role in (BATCH, HEAD)}
+    splits = sorted((b, h) for b, h in _splits(mesh, values, roles)
+                    if (b == 1 or splittable[BATCH]) and (h == 1 or splittable[HEAD]))
+    local = {}
+    for b, h in splits:
+        found = (base if (b, h) == (1, 1) else _residual_shapes(fn, [
+            jax.ShapeDtypeStruct(tuple(n // {BATCH: b, HEAD: h}[r] if r else n for n, r in zip(x.shape, rs)), x.dtype)
+            for x, rs in zip(values, roles)]))
+        if not alike(found):
+            return None
+        local[(b, h)] = [tuple(x.shape) for x in found[0]]
+    units = {BATCH: counts[BATCH][:1], HEAD: counts[HEAD][:1]}
+    dims = []
+    for j, x in enumerate(leaves):
+        row = []
+        for d, n in enumerate(x.shape):
+            role = "".join(r for r in (BATCH, HEAD) if splittable[r] and changes[r][j][d])
+            sizes = tuple(((b, h), local[(b, h)][j][d]) for b, h in splits)
+            if not role:  # whole on every device; an op that takes another path at some per-device shape may
+                # hold a different size there: declared the largest, each device's own part padded
+                row.append(_Dim("", n, max(m for _, m in sizes), sizes) if any(m != n for _, m in sizes)
+                           else _Dim("", n))
+                continue
+            ways = [math.prod({BATCH: b, HEAD: h}[r] for r in role) for b, h in splits]
+            step = math.lcm(*ways, *(u for r in role for u in units[r]))
+            need = max(m * w for (_, m), w in zip(sizes, ways))
+            row.append(_Dim(role, n, step * -(-need // step), sizes))
+        dims.append(tuple(row))
+    return tuple(dims), splittable
 
 
 def _splits(mesh, values, roles) -> set[tuple[int, int]]:
@@ -252,22 +267,8 @@ def _splits(mesh, values, roles) -> set[tuple[int, int]]:
     return found
 
 
-def _predicted(fn, values, roles, residuals, mesh) -> bool:
-    """Whether, for every split the partitioner may choose, each device's residuals have the shapes `_Dim.local`
-    predicts (an op may take another path at some per-device shape: a single head, a single sequence)."""
-    for b, h in sorted(_splits(mesh, values, roles) - {(1, 1)}):
-        split = {BATCH: b, HEAD: h}
-        local = [jax.ShapeDtypeStruct(tuple(n // split[r] if r else n for n, r in zip(x.shape, rs)), x.dtype)
-                 for x, rs in zip(values, roles)]
-        found = _residual_shapes(fn, local)
-        if found is None or len(found[0]) != len(residuals) or any(
-                tuple(x.shape) != tuple(d.local(split) for d in r) for x, r in zip(found[0], residuals)):
-            return False
-    return True
-
-
 def _held(x, dims: Sequence[_Dim], split: Mapping[str, int], op: str):
-    """A device's residual as the custom calls hold it: each dimension with an offset padded to its share."""
+    """A device's residual as the custom calls hold it: each split dimension padded to its share."""
     want = tuple(d.local(split) for d in dims)
     if tuple(x.shape) != want:
         raise ValueError(f"{op}: automatic partitioning expected a per-device residual of shape {want}, got "
