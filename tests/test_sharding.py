@@ -39,6 +39,7 @@ CASES = ([dict(op=op, mode=mode, layout="batch+heads") for op in OPS for mode in
          # the reference path runs them on a CPU, the compiled kernels on GPUs (the interpreter's callbacks cannot)
          + [dict(op=f"{op}:reference", mode="automatic", layout=layout) for op in OPS
             for layout in ("heads", "batch+heads") if op != "flash_attention" or layout != "heads"]
+         + [dict(op="flash_attention_packed:reference", mode="automatic", layout="heads")]  # an int input: no gradient
          + [dict(op="flash_attention_packed", mode="explicit", layout="heads"),
             dict(op="flash_attention_packed", mode="automatic", layout="heads")])
 # the compiled kernels on an automatic mesh with the heads split (on a CPU the interpreter keeps the batch-first
