@@ -133,13 +133,50 @@ worst_sm = max(float(jnp.max(jnp.abs(grads_sm[w] - grads[w])) / jnp.max(jnp.abs(
 print(f"shard_map: loss {value_sm:.6f}, largest gradient difference {worst_sm:.1e}")
 
 # %% [markdown]
+# ## Heads split on an automatic mesh (tensor parallelism)
+#
+# On a mesh of `AxisType.Auto` axes, XLA chooses every layout after the program is traced, so an op cannot
+# read its inputs' sharding while tracing. workbench's ops then run as custom calls that XLA partitions once
+# the layout is known (`jax.experimental.custom_partitioning`): arrays that arrive with their heads split stay
+# split, outputs and gradients come back that way, nothing moves. Here attention with one head per device.
+# With Triton in the interpreter (no GPU) the kernels' launches are host callbacks, which cannot run inside
+# such calls: there the op would split the batch instead (docs/API.md), so this cell runs the pure-JAX
+# reference, which takes the same layout-keeping path; on GPUs it runs the compiled kernels.
+
+# %%
+impl = "reference" if workbench.INTERPRET else "triton"
+auto = jax.make_mesh((N,), ("model",), axis_types=(AxisType.Auto,))
+qkv = [jax.random.normal(k, (2, T, N, D)) for k in jax.random.split(jax.random.key(1), 3)]
+
+
+def attention_loss(q, k, v):
+    return jnp.sum(jnp.sin(workbench.flash_attention(q, k, v, causal=True, implementation=impl)))
+
+
+tp_step = jax.jit(jax.value_and_grad(attention_loss, argnums=(0, 1, 2)))
+value_one, grads_one = tp_step(*qkv)
+with jax.set_mesh(auto):
+    heads_split = [jax.device_put(a, NamedSharding(auto, P(None, None, "model"))) for a in qkv]
+    value_tp, grads_tp = tp_step(*heads_split)
+    tp_collectives = {c: len(re.findall(rf"\b{c}(-start)?\(", tp_step.lower(*heads_split).compile().as_text()))
+                      for c in ("all-gather", "all-to-all", "collective-permute", "all-reduce")}
+worst_tp = max(float(jnp.max(jnp.abs(g - w)) / jnp.max(jnp.abs(w))) for g, w in zip(grads_tp, grads_one))
+print(f"{impl} on an automatic mesh of {N}: dq sharded {grads_tp[0].sharding.spec}, collectives {tp_collectives}, "
+      f"largest gradient difference {worst_tp:.1e}")
+
+# %% [markdown]
 # ## The check
 #
 # Both sharded steps give the one-device loss and gradients (to float32 rounding), and the explicit
-# mesh's compiled step gathers nothing.
+# mesh's compiled step gathers nothing; on the automatic mesh the heads stay where they were (its one
+# all-reduce is the loss itself, a sum over every device's heads).
 
 # %%
 assert abs(float(value_dp) - float(value)) <= 1e-6 * abs(float(value)) and worst <= 1e-5, (value_dp, worst)
 assert abs(float(value_sm) - float(value)) <= 1e-6 * abs(float(value)) and worst_sm <= 1e-5, (value_sm, worst_sm)
 assert collectives["all-gather"] == collectives["all-to-all"] == collectives["collective-permute"] == 0, collectives
+assert abs(float(value_tp) - float(value_one)) <= 1e-5 * abs(float(value_one)) and worst_tp <= 1e-5, (value_tp, worst_tp)
+assert tp_collectives["all-gather"] == tp_collectives["all-to-all"] == tp_collectives["collective-permute"] == 0
+assert tp_collectives["all-reduce"] <= 1, tp_collectives  # the loss: a sum over every device's heads
+assert all(tuple(g.sharding.spec)[2] == "model" for g in grads_tp), [g.sharding.spec for g in grads_tp]
 print("sharded steps equal the one-device step")
