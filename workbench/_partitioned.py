@@ -73,7 +73,7 @@ def automatic(op: str, fn: Callable[..., Any], names: Sequence[str], values: Seq
     else:
         residuals, splittable = found
     res_roles = tuple(tuple(d.role for d in r) for r in residuals)
-    layout = _Layout(op, mesh, names, tuple(x.shape for x in values), roles, splittable)
+    layout = _Layout(mesh, names, tuple(x.shape for x in values), roles, splittable)
     n_out = len(out_shapes)
     floats = tuple(i for i, x in enumerate(values) if jnp.issubdtype(x.dtype, jnp.inexact))
 
@@ -303,8 +303,8 @@ def _unsplit(roles: tuple, axes: Mapping[str, tuple]) -> tuple:
 class _Layout:
     """Which mesh axes split the batch and the heads, from the arrays' shardings when the partitioner knows them."""
 
-    def __init__(self, op, mesh, names, shapes, roles, splittable):
-        self.op, self.mesh, self.names, self.shapes, self.roles = op, mesh, names, shapes, roles
+    def __init__(self, mesh, names, shapes, roles, splittable):
+        self.mesh, self.names, self.shapes, self.roles = mesh, names, shapes, roles
         self.splittable = splittable
 
     def axes(self, shardings) -> dict[str, tuple]:
