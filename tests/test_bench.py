@@ -151,6 +151,14 @@ def test_flash_attention_tiny_run_records_flops_and_the_xla_peer(tmp_path, capsy
     if launch.INTERPRET:
         assert statuses["jax.nn.dot_product_attention[cudnn]"].startswith("skipped")
     assert set(next(r for r in rows if r["pass"] == "forward_backward")["errors"]) == {"o", "dq", "dk", "dv"}
+    # what each forward keeps for its backward: the kernel at least q, k, v; the reference its T × T
+    # probabilities too (here T = 32 > D = 16), so more; no such field on the forward rows
+    kept = {r["implementation"]: r for r in rows if r["pass"] == "forward_backward" and "residual_bytes" in r}
+    itemsize = np.dtype(record["dtype"]).itemsize
+    assert kept["triton"]["residual_bytes"] >= 3 * B * T * H * D * itemsize
+    assert kept["reference"]["residual_bytes"] > kept["triton"]["residual_bytes"]
+    assert 0.5 < kept["triton"]["residual_ratio"] < kept["reference"]["residual_ratio"]
+    assert not any("residual_bytes" in r for r in rows if r["pass"] == "forward")
 
 
 def test_chunk_gla_tiny_run_compares_with_the_reference(tmp_path, no_fla):

@@ -266,11 +266,14 @@ class _Run:
         self.outputs_of[name] = got
         fwd_bytes, fwd_bwd_bytes = self.op.bytes(shape, jnp.dtype(self.op.dtype))
         flops = self.op.flops(shape) if self.op.flops is not None else (None, None)
+        kept = calls.kept() if calls.kept is not None else None
         for pass_, ms, n, nbytes, nflops in (("forward", fwd_ms, fwd_n, fwd_bytes, flops[0]),
                                              ("forward_backward", fb_ms, fb_n, fwd_bwd_bytes, flops[1])):
             self.shape_rows.append({"shape": dict(shape), "implementation": name, "kind": kind, "pass": pass_,
                                     "ms": ms, "timer": "calls" if n is None else "copies", "copies": n,
                                     "bytes": nbytes, "flops": nflops, "_got": got[pass_]})
+            if pass_ == "forward_backward" and kept is not None:  # what the forward keeps for the backward
+                self.shape_rows[-1].update(residual_bytes=kept[0], residual_ratio=kept[0] / kept[1])
         if kind == "peer" and not any(p["peer"] == name for p in self.peer_status):
             self.peer_status.append({"peer": name, "status": "measured"})
         self.say(shape, name, f"forward {fwd_ms['median']:.3f} ms, forward+backward {fb_ms['median']:.3f} ms")

@@ -39,6 +39,7 @@ class PeerCalls:
     copies: for a contender that is one jitted JAX program per pass, `copies(pass_, n)` → (a call of one
     program that runs that pass n times, each copy on its own arguments, the n it runs), for `--timer
     copies` (`timing.pass_copies`); None for the others (torch peers), which are then timed by calls.
+    kept: for a JAX contender, what its forward keeps for the backward (`timing.kept_bytes`); None for others.
     """
 
     forward: Callable[[], Any]
@@ -46,6 +47,7 @@ class PeerCalls:
     block: Callable[[Any], None]
     to_numpy: Callable[[Any], list[np.ndarray]]
     copies: Callable[[str, int], tuple[Callable[[], Any], int]] | None = None
+    kept: Callable[[], tuple[int, int]] | None = None  # (residual bytes, input + output bytes): timing.kept_bytes
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,6 +3,7 @@ it in one program (`--timer copies`); the op's calls as bench times them."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import sys
@@ -79,7 +80,19 @@ def jax_calls(op: OpBench, implementation: str, inputs: Mapping[str, jax.Array],
     """The op's forward and forward+backward (`jax.vjp`, the given cotangents) under `jax.jit`;
     `options` go to the op's call (e.g. `tuning=`)."""
     (fwd, fwd_bwd), (primals, cts) = jitted_passes(op, implementation, inputs, cotangents, **options)
-    return pair_calls(fwd, fwd_bwd, primals, cts)
+    return dataclasses.replace(pair_calls(fwd, fwd_bwd, primals, cts), kept=lambda: kept_bytes(fwd, primals))
+
+
+def kept_bytes(forward: Callable[[dict[str, jax.Array]], Any], primals: Mapping[str, jax.Array]) -> tuple[int, int]:
+    """(bytes of the arrays `jax.vjp(forward)` keeps for the backward — its pullback's residuals, the inputs it
+    saves among them —, bytes of the inputs and the outputs), traced abstractly: nothing runs."""
+    def trace(p):
+        out, pullback = jax.vjp(forward, p)
+        return out, jax.tree.leaves(pullback)
+
+    out, residuals = jax.eval_shape(trace, dict(primals))
+    size = lambda tree: sum(x.size * jnp.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))  # noqa: E731
+    return size(residuals), size(dict(primals)) + size(out)
 
 
 def pair_calls(fwd: Callable, fwd_bwd: Callable, primals: Mapping[str, jax.Array],
