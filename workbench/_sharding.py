@@ -6,8 +6,9 @@ vary over none, and JAX then refuses to mix them with the inputs where types mus
 a custom VJP's cotangents). `vary_like` gives such a value the axes of the inputs it stands beside; outside
 `shard_map` it changes nothing. The launcher does the same for kernel outputs (`launch.triton_call`).
 
-`per_device` runs an op once per device when its inputs are sharded over explicit mesh axes (their
-types say how): a `shard_map` over the batch and head axes, built from the inputs' shardings.
+`per_device` runs an op once per device when its inputs are sharded: over explicit mesh axes (their types
+say how) as a `shard_map` over the batch and head axes, built from the inputs' shardings; over automatic ones
+as custom calls the partitioner splits once it knows the layout (`_partitioned`).
 """
 
 from __future__ import annotations
