@@ -173,9 +173,16 @@ def _pullback_tree(fn, values):
     return found[1]
 
 
-def _scaled(values, roles, role) -> list:
-    return [jax.ShapeDtypeStruct(tuple(n * 2 if r == role else n for n, r in zip(x.shape, rs)), x.dtype)
-            for x, rs in zip(values, roles)]
+def _counts(shapes, roles, role: str) -> list[int]:
+    """The distinct sizes of the dimensions with this role (the batch size; each head count), ascending."""
+    return sorted({n for shape, rs in zip(shapes, roles) for n, r in zip(shape, rs) if r == role})
+
+
+def _resized(values, roles, scale: Mapping[str, tuple[int, int]]) -> list:
+    """Abstract copies of `values` with each dimension of role r scaled by the fraction scale[r] = (times, over):
+    (2, 1) a probe, (1, split) a device's share."""
+    return [jax.ShapeDtypeStruct(tuple(n * scale[r][0] // scale[r][1] if r else n for n, r in zip(x.shape, rs)),
+                                 x.dtype) for x, rs in zip(values, roles)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,11 +222,11 @@ def _residual_dims(fn, values, roles, mesh) -> tuple[tuple, dict] | None:
         return found is not None and len(found[0]) == len(leaves) and all(
             len(a.shape) == len(b.shape) and a.dtype == b.dtype for a, b in zip(leaves, found[0]))
 
-    counts = {role: sorted({n for x, rs in zip(values, roles) for n, r in zip(x.shape, rs) if r == role})
-              for role in (BATCH, HEAD)}
+    counts = {role: _counts([x.shape for x in values], roles, role) for role in (BATCH, HEAD)}
     changes = {}
     for role in (BATCH, HEAD):
-        probe = _residual_shapes(fn, _scaled(values, roles, role)) if counts[role] else None
+        doubled = {BATCH: (1, 1), HEAD: (1, 1), role: (2, 1)}
+        probe = _residual_shapes(fn, _resized(values, roles, doubled)) if counts[role] else None
         changes[role] = ([[m != n for m, n in zip(a.shape, b.shape)] for a, b in zip(leaves, probe[0])]
                          if alike(probe) else None)
     splittable = {role: changes[role] is not None for role in (BATCH, HEAD)}
@@ -227,9 +234,8 @@ def _residual_dims(fn, values, roles, mesh) -> tuple[tuple, dict] | None:
                     if (b == 1 or splittable[BATCH]) and (h == 1 or splittable[HEAD]))
     local = {}
     for b, h in splits:
-        found = (base if (b, h) == (1, 1) else _residual_shapes(fn, [
-            jax.ShapeDtypeStruct(tuple(n // {BATCH: b, HEAD: h}[r] if r else n for n, r in zip(x.shape, rs)), x.dtype)
-            for x, rs in zip(values, roles)]))
+        found = (base if (b, h) == (1, 1) else
+                 _residual_shapes(fn, _resized(values, roles, {BATCH: (1, b), HEAD: (1, h)})))
         if not alike(found):
             return None
         local[(b, h)] = [tuple(x.shape) for x in found[0]]
@@ -257,8 +263,7 @@ def _splits(mesh, values, roles) -> set[tuple[int, int]]:
     """Every (batch, heads) split the partitioner may choose on this mesh: products of disjoint sets of its axes,
     each dividing the counts it splits."""
     sizes = list(mesh.axis_sizes)
-    counts = {role: {n for x, rs in zip(values, roles) for n, r in zip(x.shape, rs) if r == role}
-              for role in (BATCH, HEAD)}
+    counts = {role: _counts([x.shape for x in values], roles, role) for role in (BATCH, HEAD)}
     found = set()
     for assign in itertools.product((None, BATCH, HEAD), repeat=len(sizes)):
         split = {role: math.prod(n for n, a in zip(sizes, assign) if a == role) for role in (BATCH, HEAD)}
@@ -320,8 +325,7 @@ class _Layout:
                 if found:
                     taken = set(chosen[BATCH])
                     axes = [a for a in found if a in sizes and a not in taken]
-                    counts = {n for shape_, roles_ in zip(self.shapes, self.roles)
-                              for n, r in zip(shape_, roles_) if r == role}
+                    counts = _counts(self.shapes, self.roles, role)
                     while axes and any(n % math.prod(sizes[a] for a in axes) for n in counts):
                         axes.pop()
                     chosen[role] = tuple(axes)
@@ -332,13 +336,16 @@ class _Layout:
         return [_spec(r, axes) for r in self.roles]
 
 
+def spec_entries(spec, ndim: int) -> tuple[tuple, ...]:
+    """The mesh axes of each of `ndim` dimensions in a PartitionSpec, as tuples (() where it names none)."""
+    return tuple(() if e is None else (e,) if isinstance(e, str) else tuple(e)
+                 for e in tuple(spec) + (None,) * (ndim - len(spec)))
+
+
 def _entries(sharding, ndim: int) -> tuple:
-    """The mesh axes over which each dimension is split (a tuple per dimension); () where unknown."""
+    """`spec_entries` of a sharding's spec; () for every dimension where the sharding has none."""
     spec = getattr(sharding, "spec", None)
-    if spec is None:
-        return ((),) * ndim
-    entries = tuple(spec) + (None,) * (ndim - len(spec))
-    return tuple(() if e is None else (e,) if isinstance(e, str) else tuple(e) for e in entries)
+    return ((),) * ndim if spec is None else spec_entries(spec, ndim)
 
 
 def _partitioned(body: Callable, layout: _Layout, out_specs: Callable[[dict], list], *, rule: tuple[str, dict],

@@ -79,14 +79,9 @@ def _explicit_spec(x) -> tuple | None:
     if mesh is None or not getattr(mesh, "axis_names", ()):
         return None
     explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t == AxisType.Explicit}
-    entries = tuple(tuple(n for n in names if n in explicit) for names in _spec_entries(sharding.spec, x.ndim))
+    entries = tuple(tuple(n for n in names if n in explicit)
+                    for names in _partitioned.spec_entries(sharding.spec, x.ndim))
     return entries if any(entries) else None
-
-
-def _spec_entries(spec, ndim: int) -> tuple[tuple, ...]:
-    """The mesh axes of each of `ndim` dimensions in a PartitionSpec, as tuples (() where it names none)."""
-    return tuple(() if e is None else (e,) if isinstance(e, str) else tuple(e)
-                 for e in tuple(spec) + (None,) * (ndim - len(spec)))
 
 
 def explicitly_sharded(*arrays) -> bool:
@@ -214,7 +209,7 @@ def _automatic_axes(mesh, present, dims) -> tuple[tuple, tuple]:
 
 def _explicit_spec_of(spec: P, ndim: int) -> tuple | None:
     """`_explicit_spec`'s form of a PartitionSpec (every named axis counted)."""
-    entries = _spec_entries(spec, ndim)
+    entries = _partitioned.spec_entries(spec, ndim)
     return entries if any(entries) else None
 
 

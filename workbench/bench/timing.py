@@ -91,8 +91,12 @@ def kept_bytes(forward: Callable[[dict[str, jax.Array]], Any], primals: Mapping[
         return out, jax.tree.leaves(pullback)
 
     out, residuals = jax.eval_shape(trace, dict(primals))
-    size = lambda tree: sum(x.size * jnp.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))  # noqa: E731
-    return size(residuals), size(dict(primals)) + size(out)
+    return nbytes(residuals), nbytes(dict(primals)) + nbytes(out)
+
+
+def nbytes(tree) -> int:
+    """Bytes of every array (or abstract array) in a pytree."""
+    return sum(x.size * jnp.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
 
 
 def pair_calls(fwd: Callable, fwd_bwd: Callable, primals: Mapping[str, jax.Array],
@@ -124,7 +128,7 @@ def pass_copies(fwd: Callable, fwd_bwd: Callable, primals: Mapping[str, jax.Arra
     def copies(pass_: str, n: int) -> tuple[Callable[[], Any], int]:
         f, args = passes[pass_]
         out = jax.eval_shape(f, *args)
-        per_copy = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves((args, out)))
+        per_copy = nbytes((args, out))
         n = max(1, min(n, COPIES_BYTES // max(per_copy, 1)))
         separate = [jax.tree.map(jnp.copy, args) for _ in range(n)]
         program = jax.jit(lambda separate: [f(*a) for a in separate])
