@@ -405,3 +405,15 @@ def test_every_autotune_config_gives_the_same_answer(tuning_problem):
             err = testing.rms_rel(got[n], expected[n])
             assert err <= (GATE_EXACT if n in ("dg", "dgk") else EXACT), f"round {round_} {chosen}: {n} gap {err:.2e}"
     assert covered == {name: set(indices) for name, indices in blocks.items()}
+
+
+def test_the_backward_keeps_at_most_one_and_a_half_times_the_inputs_and_outputs():
+    """What the forward keeps for the backward (jax.vjp's residuals, traced abstractly: nothing runs) at issue 48's
+    long shape, B1 T64k H16 K=V=64 bf16, over the bytes of the inputs and outputs: q, k, v, the gate, the chunk
+    states and the intra-chunk matrix, not the gate's float32 cumulative sums (which alone were 0.4 of it)."""
+    from workbench.bench.timing import kept_bytes
+
+    x = jax.ShapeDtypeStruct((1, 65536, 16, 64), jnp.bfloat16)
+    primals = dict(q=x, k=x, v=x, gk=x)
+    kept, io = kept_bytes(lambda p: workbench.chunk_gla(**p), primals)
+    assert kept / io <= 1.5, (kept / io, kept, io)

@@ -193,8 +193,16 @@ def _state_sweep(x, y, b, init, cu, bounds, static: _Static, tune, *, reverse: b
     return final, states
 
 
+def _cumsum(a, bounds, TT: int, H: int, K: int, BK: int, static: _Static, tune):
+    """b = the gate's cumulative sum inside each chunk (gla.2), float32 [TT, H, K]."""
+    return triton_call(a, bounds, kernel=kernels.chunk_cumsum_kernel,
+                       out_shape=jax.ShapeDtypeStruct((TT, H, K), jnp.float32), grid=(bounds.shape[0], H),
+                       tune_inputs=tune, name="workbench_chunk_gla_cumsum", H=H, K=K, BT=static.chunk_size, BK=BK)
+
+
 def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
-    """(o, final_state, residuals or None): residuals (b, hs, A) only when a backward will follow."""
+    """(o, final_state, residuals or None): residuals (hs, A) only when a backward will follow. The gate's
+    cumulative sums b are not kept (float32, twice a bfloat16 input's bytes): the backward forms them again."""
     TT, H, _ = q.shape
     K, V, BK = _dims(q, v)
     BT = static.chunk_size
@@ -202,10 +210,8 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     bounds = chunk_bounds(cu, TT, BT)  # [NS, 2] int32
     tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
-    f32 = jnp.float32
     common = dict(H=H, K=K, BT=BT, BK=BK)
-    b = triton_call(a, bounds, kernel=kernels.chunk_cumsum_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, K), f32),
-                    grid=(NS, H), tune_inputs=tune, name="workbench_chunk_gla_cumsum", **common)
+    b = _cumsum(a, bounds, TT, H, K, BK, static, tune)
     ht, hs = _state_sweep(k, v, b, h0, cu, bounds, static, tune, reverse=False)
     A = triton_call(
         q, k, b, bounds, kernel=kernels.chunk_a_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, BT), v.dtype),
@@ -215,10 +221,10 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
         q, k, v, b, hs, A, bounds, kernel=kernels.chunk_o_kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
         grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), tune_inputs=tune, name="workbench_chunk_gla_o",
         scale=static.scale, V=V, F32_DOT=_f32_dot(q), **common)
-    return o, ht, ((b, hs, A) if save else None)
+    return o, ht, ((hs, A) if save else None)
 
 
-def _backward(q, k, v, b, hs, A, cu, do, dht, static: _Static):
+def _backward(q, k, v, a, hs, A, cu, do, dht, static: _Static):
     """Gradients of (q, k, v, a, h0); da float32."""
     TT, H, _ = q.shape
     K, V, BK = _dims(q, v)
@@ -228,6 +234,7 @@ def _backward(q, k, v, b, hs, A, cu, do, dht, static: _Static):
     tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
     f32 = jnp.float32
+    b = _cumsum(a, bounds, TT, H, K, BK, static, tune)
     common = dict(H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
     dh0, dhs = _state_sweep(q, do, b, dht, cu, bounds, static, tune, reverse=True)
     dv = triton_call(
@@ -267,12 +274,12 @@ def _chunk_gla_packed_fwd(q, k, v, a, h0, cu, static: _Static):
 
 
 def _chunk_gla_packed_bwd(static: _Static, residuals, cotangents):
-    q, k, v, a, h0, cu, (b, hs, A) = residuals
+    q, k, v, a, h0, cu, (hs, A) = residuals
     do, dht = cotangents
     if static.tuning.backward == "reference":
         _, vjp = jax.vjp(lambda q, k, v, a, h0: _reference_packed(q, k, v, a, h0, cu, static), q, k, v, a, h0)
         return summed_grads((*vjp((do, dht)), None), (q, k, v, a, h0))
-    dq, dk, dv, da, dh0 = _backward(q, k, v, b, hs, A, cu, do.astype(v.dtype), dht.astype(jnp.float32), static)
+    dq, dk, dv, da, dh0 = _backward(q, k, v, a, hs, A, cu, do.astype(v.dtype), dht.astype(jnp.float32), static)
     return summed_grads((dq, dk, dv, (None if a is None else da.astype(a.dtype)), dh0, None), (q, k, v, a, h0))
 
 
