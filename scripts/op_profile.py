@@ -31,16 +31,7 @@ import workbench  # noqa: E402, F401  (first: decides compiled vs interpreted Tr
 import jax  # noqa: E402
 
 from workbench import bench, testing  # noqa: E402
-
-
-def parse_shape(text: str) -> dict[str, int]:
-    shape = {}
-    for part in text.split(","):
-        name, _, value = part.partition("=")
-        if not value:
-            raise ValueError(f"--shape: expected NAME=INT pairs, got {part!r}")
-        shape[name.strip()] = int(value)
-    return shape
+from workbench.bench.spec import parse_shape  # noqa: E402
 
 
 def device_kernels(trace_dir: str) -> dict[str, list[float]]:

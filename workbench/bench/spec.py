@@ -117,3 +117,15 @@ class OpBench:
     def names(self) -> tuple[str, ...]:
         """Outputs then gradients: what a forward+backward returns, in order."""
         return self.outputs + tuple("d" + n for n in self.differentiable)
+
+
+def parse_shape(text: str) -> dict[str, int]:
+    """A shape from the command line, "B=1,T=65536,H=16" → {"B": 1, "T": 65536, "H": 16} (scripts' --shape)."""
+    shape = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        try:
+            shape[name.strip()] = int(value)
+        except ValueError:
+            raise ValueError(f"--shape: expected NAME=INT pairs, got {part!r} in {text!r}") from None
+    return shape
