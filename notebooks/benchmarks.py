@@ -11,8 +11,8 @@
 # %% [markdown]
 # # Benchmarks, read from the records in `data/bench/`
 #
-# This notebook measures nothing: it only reads the timing records that were written on a GPU and
-# kept in `data/bench/`, so it runs anywhere (no GPU, no Triton needed). The records come in two layouts:
+# This notebook measures nothing: it reads the timing records that were written on a GPU and
+# kept in `data/bench/`, so it runs anywhere (no GPU needed). The records come in two layouts:
 #
 # * **newer** records, written by `workbench bench`, carry a `"results"` list (one row per shape,
 #   implementation and pass, with `"ms": {"median", "min", "p90"}`, a `"status"`, and for runs with
@@ -30,6 +30,7 @@
 # 3. each kernel's time relative to cuDNN (attention) and to the best peer measured in the same run,
 #    per workload: the latest `target` record of every op, and along each sweep;
 # 4. the tuning table's price: each row's table / autotuned time from `data/bench/tuning_table/`;
+# 5. where the bytes of chunk_gla and chunk_kda go, kernel by kernel (counted, not measured);
 #
 # and ends with a check that fails if the records are missing or if, in the latest recurrent `target`
 # record, the Triton kernel's forward+backward is not faster than the peer's (`fla`).
@@ -424,6 +425,69 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
+# ## Where the bytes go: each kernel's reads and writes
+#
+# Not a measurement: every kernel launch of chunk_gla and chunk_kda at issue 48's long shapes, with the bytes
+# of the arrays it is handed and returns, each counted once (`workbench.bench.traffic`, traced abstractly
+# where Triton is interpreted; on a GPU machine `scripts/kernel_traffic.py` runs in a child process with
+# `WORKBENCH_INTERPRET=1`). The dashed line is what the bench counts for the op (inputs read once, outputs
+# written once), the bytes its `fraction_of_peak` divides by: the distance between the bars' sum and that line
+# is traffic the algorithm adds (intermediates written and read back, inputs read again by every kernel).
+
+# %%
+import dataclasses
+import subprocess
+
+import workbench
+from workbench.bench.traffic import PASSES, pass_traffic
+
+TRAFFIC_SHAPES = {"chunk_gla": dict(B=1, T=65536, H=16, K=64, V=64),
+                  "chunk_kda": dict(B=1, T=32768, H=16, K=128, V=128)}
+
+
+def kernel_traffic(op_name, shape):
+    """{"least": {pass: bytes}, "launches": {pass: [{kernel, read, written}, ...]}} of the op's Triton path."""
+    op = bench.OPS[op_name]
+    if workbench.INTERPRET:
+        return {"least": dict(zip(PASSES, op.bytes(shape, op.dtype))),
+                "launches": {p: [dataclasses.asdict(r) for r in pass_traffic(op, shape, op.dtype, p)]
+                             for p in PASSES}}
+    text = ",".join(f"{k}={v}" for k, v in shape.items())
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "kernel_traffic.py"), "--op", op_name,
+                          "--shape", text, "--json"], env={**os.environ, "WORKBENCH_INTERPRET": "1"},
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+traffic = {name: kernel_traffic(name, shape) for name, shape in TRAFFIC_SHAPES.items()}
+MIB = 2**20
+fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+for ax, (name, found) in zip(axes, traffic.items()):
+    names = list(dict.fromkeys(r["kernel"] for p in PASSES for r in found["launches"][p]))
+    colour = {k: plt.cm.tab20(i % 20) for i, k in enumerate(names)}  # one colour per kernel, in both passes
+    for i, pass_ in enumerate(PASSES):
+        launches = found["launches"][pass_]
+        bottom = 0.0
+        for row in launches:
+            size = (row["read"] + row["written"]) / MIB
+            ax.bar(i, size, bottom=bottom, color=colour[row["kernel"]], edgecolor="white", linewidth=0.5)
+            if size > 300:
+                ax.text(i, bottom + size / 2, row["kernel"].replace("_kernel", ""), ha="center", va="center",
+                        fontsize=6)
+            bottom += size
+        least = found["least"][pass_] / MIB
+        ax.hlines(least, i - 0.4, i + 0.4, colors="black", linestyles="dashed",
+                  label="the bench's bytes" if i == 0 else None)
+        ax.text(i, bottom, f"{bottom / least:.1f}× the bench's bytes", fontsize=8, ha="center", va="bottom")
+        print(f"{name} {pass_}: {bottom:.0f} MiB through {len(launches)} launches, the bench counts {least:.0f}")
+    ax.set_xticks(range(len(PASSES)), PASSES)
+    ax.set_ylabel("MiB read + written, each array once")
+    ax.set_title(f"{name} {TRAFFIC_SHAPES[name]}, bf16", fontsize=9)
+    ax.legend(fontsize=8, loc="upper left")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
 # ## Check
 #
 # Fails if no record could be read, if a ratio recomputed here disagrees with the one the harness
@@ -447,4 +511,8 @@ assert triton_fb, f"no triton forward+backward timing in {target['file']}"
 assert fla_fb, f"no fla peer forward+backward timing in {target['file']}"
 print(f"{target['file']}: triton {triton_fb[0]:.2f} ms vs fla {fla_fb[0]:.2f} ms (forward+backward)")
 assert triton_fb[0] < fla_fb[0], "triton forward+backward is not faster than the fla peer"
+for name, found in traffic.items():  # every pass moves at least what the bench counts, through kernels it names
+    for pass_ in PASSES:
+        moved = sum(r["read"] + r["written"] for r in found["launches"][pass_])
+        assert moved >= found["least"][pass_] and all(r["kernel"] for r in found["launches"][pass_]), (name, pass_)
 print("check passed")

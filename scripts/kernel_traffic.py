@@ -5,6 +5,7 @@ WORKBENCH_INTERPRET=1), so GPU-sized shapes take seconds.
 
     python scripts/kernel_traffic.py --op chunk_gla --shape B=1,T=65536,H=16,K=64,V=64
     python scripts/kernel_traffic.py --op chunk_kda --shape B=1,T=32768,H=16,K=128,V=128 --passes forward
+    python scripts/kernel_traffic.py --op chunk_gla --shape B=8,T=4096,H=16,K=64,V=64 --json   # one JSON object
 
 `workbench.bench.traffic` does the counting; scripts/op_profile.py gives the same launches' times on a GPU.
 """
@@ -12,6 +13,8 @@ WORKBENCH_INTERPRET=1), so GPU-sized shapes take seconds.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -32,12 +35,19 @@ def main() -> None:
     parser.add_argument("--shape", required=True, help="e.g. B=1,T=65536,H=16,K=64,V=64")
     parser.add_argument("--passes", default=",".join(PASSES), help="comma list of " + ", ".join(PASSES))
     parser.add_argument("--dtype", default=None, help="default: the op's bench dtype")
+    parser.add_argument("--json", action="store_true",
+                        help='print {"least": {pass: bytes}, "launches": {pass: [{kernel, read, written}, ...]}}')
     args = parser.parse_args()
     op = bench.OPS[args.op]
     shape = parse_shape(args.shape)
     dtype = args.dtype or op.dtype
     least = dict(zip(PASSES, op.bytes(shape, dtype)))
-    for pass_ in args.passes.split(","):
+    passes = args.passes.split(",")
+    if args.json:
+        launches = {p: [dataclasses.asdict(r) for r in pass_traffic(op, shape, dtype, p)] for p in passes}
+        print(json.dumps({"least": {p: least[p] for p in passes}, "launches": launches}))
+        return
+    for pass_ in passes:
         rows = pass_traffic(op, shape, dtype, pass_)
         total = sum(r.read + r.written for r in rows)
         print(f"\n{args.op} {shape} {dtype} {pass_}: {total / MIB:.0f} MiB through the kernels, "
