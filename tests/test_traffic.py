@@ -48,3 +48,24 @@ def test_a_bad_pass_or_shape_is_a_value_error():
     assert parse_shape("B=1,T=64") == {"B": 1, "T": 64}
     with pytest.raises(ValueError, match="--shape: expected NAME=INT pairs, got 'T' in 'B=1,T'"):
         parse_shape("B=1,T")
+
+
+def test_the_script_prints_the_same_launches_as_json():
+    """`scripts/kernel_traffic.py --json` (what the benchmarks notebook runs in a child on a GPU machine, with
+    the interpreter forced) gives the launches `pass_traffic` gives here."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    text = ",".join(f"{k}={v}" for k, v in SHAPE.items())
+    out = subprocess.run([sys.executable, str(root / "scripts" / "kernel_traffic.py"), "--op", "chunk_gla",
+                          "--shape", text, "--json", "--passes", "forward"],
+                         env={**os.environ, "WORKBENCH_INTERPRET": "1"}, capture_output=True, text=True, check=True)
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    here = pass_traffic(bench.OPS["chunk_gla"], SHAPE, jnp.bfloat16, "forward")
+    assert [(r["kernel"], r["read"], r["written"]) for r in found["launches"]["forward"]] == \
+        [(r.kernel, r.read, r.written) for r in here]
+    assert found["least"]["forward"] == bench.OPS["chunk_gla"].bytes(SHAPE, "bfloat16")[0]
