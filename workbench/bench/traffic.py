@@ -43,7 +43,8 @@ def launch_bytes(fn: Callable[..., Any], *args: Any) -> list[LaunchBytes]:
     rows = []
     for s in seen:
         _, _, jitted = signature.unwrap(s.kernel)
-        arrays = [a for a in s.args if hasattr(a, "shape") and launch.is_given(a)]
+        bases = [a.base if isinstance(a, signature.TensorDescriptor) else a for a in s.args]  # a descriptor's array
+        arrays = [a for a in bases if signature.is_array(a) and launch.is_given(a)]
         rows.append(LaunchBytes(kernel=jitted.__name__, read=nbytes(arrays), written=nbytes(list(s.out_shapes))))
     return rows
 
