@@ -186,3 +186,29 @@ def test_resources_read_the_compiled_kernel():
     usage = row["resources"]
     assert usage["HGMMA"] > 0 and usage["HMMA"] == 0, usage
     assert 0 < usage["registers"] <= 255 and usage["stack"] == 0 and usage["STL"] == 0, usage
+
+
+def test_a_gluon_kernel_compiles_for_hopper_under_its_register_cap():
+    """A Gluon kernel goes through the same compiler stages (Gluon's own source, Triton 3.9 and later); `maxnreg`
+    caps its registers (4096 elements on 4 warps take 72 without a cap). On an older Triton the compile is a
+    ValueError that names the version it needs."""
+    spec = {"module": "tests.gluon_example", "kernel": "scale_rows",
+            "signature": {"x": "*fp32", "n": "i32", "alpha": "fp32", "y": "*fp32", "BLOCK": "constexpr",
+                          "NW": "constexpr"},
+            "constexprs": {"BLOCK": 4096, "NW": 4}, "num_warps": 4, "num_stages": 2}
+    specialized = {"module": "tests.gluon_example", "kernel": "double_rows_specialized",
+                   "signature": {"x": "*fp32", "n_rows": "i32", "y": "*fp32", "R": "constexpr", "C": "constexpr",
+                                 "NW": "constexpr"},
+                   "constexprs": {"R": 64, "C": 64, "NW": 4}, "num_warps": 4, "num_stages": 2}
+    result = compile_check.compile_all([spec, {**spec, "maxnreg": 32}, specialized], last="resources")
+    if tuple(int(p) for p in triton.__version__.split(".")[:2]) >= (3, 9):
+        assert not result["failed"], result["failed"]
+        registers = {row["spec"].get("maxnreg"): row["resources"]["registers"] for row in result["resources"]
+                     if row["spec"]["kernel"] == "scale_rows"}
+        assert registers[None] > 32 >= registers[32], registers
+        (tile,) = [row for row in result["resources"] if row["spec"]["kernel"] == "double_rows_specialized"]
+        assert tile["resources"]["shared"] >= 64 * 64 * 4, tile  # the TMA tile in shared memory
+    else:
+        assert len(result["failed"]) == 3, result
+        for failure in result["failed"]:
+            assert "Gluon kernel, which workbench compiles with Triton 3.9 or later" in failure["error"], failure

@@ -78,8 +78,9 @@ class Compiler:
     def __init__(self, warps=None, scratch=0, descriptors=()):
         self.calls, self.warps, self.scratch, self.descriptors = [], warps, scratch, descriptors
 
-    def __call__(self, fn, sig, constants, *, num_warps, num_stages, num_ctas, capability, last):
+    def __call__(self, fn, sig, constants, *, num_warps, num_stages, num_ctas, capability, last, maxnreg=None):
         self.calls.append((fn.__name__, dict(sig), dict(constants), num_warps, num_stages, capability))
+        self.maxnreg = maxnreg
         return compiler.Compiled(name=f"{fn.__name__}_0d1d", binary=f"ptx {len(self.calls)}", ttir="ttir",
                                  shared=1024, num_warps=self.warps or num_warps,
                                  global_scratch_size=self.scratch, global_scratch_align=128 if self.scratch else 1,
@@ -331,3 +332,30 @@ def test_without_jaxs_cuda_plugin_a_gpu_launch_says_what_to_install(monkeypatch)
     with pytest.raises(RuntimeError, match="no CUDA Triton support"):
         jax.jit(lambda x: gpu_call.launch([x, 0.5, x, N], kernel=_axpy_even, out_shapes=[X], grid=(3,),
                                           metaparams={"BLOCK": 16})).lower(x)
+
+
+def test_a_register_cap_is_its_own_kernel_and_reaches_the_compiler(stubs):
+    """`maxnreg` (triton_call's, or an autotune config's) is in a kernel's key only when set, so the keys of
+    kernels without one are those of earlier releases (their disk cache stays valid)."""
+    lib, comp = stubs
+    plain = gpu_call.kernel_key(_bind(), num_warps=4, num_stages=2, num_ctas=1, cc=90)
+    capped = gpu_call.kernel_key(_bind(), num_warps=4, num_stages=2, num_ctas=1, cc=90, maxnreg=168)
+    assert "maxnreg" not in plain and capped == {**plain, "maxnreg": 168}
+    gpu_call.compiled(_bind(), num_warps=4, num_stages=2, num_ctas=1, cc=90)
+    assert comp.maxnreg is None
+    gpu_call.compiled(_bind(), num_warps=4, num_stages=2, num_ctas=1, cc=90, maxnreg=168)
+    assert len(comp.calls) == 2 and comp.maxnreg == 168
+    configs = [triton.Config({"BLOCK": 16}, num_warps=4, maxnreg=96)]
+    jax.jit(lambda x: gpu_call.launch_autotuned([x, 0.5, x, N], configs=configs, kernel=_axpy_even, out_shapes=[X],
+                                                grid=(3,))[0]).lower(jnp.zeros(N, jnp.bfloat16))
+    assert comp.maxnreg == 96
+
+
+def test_triton_calls_register_cap_reaches_gpu_call(stubs, monkeypatch):
+    monkeypatch.setattr(launch, "INTERPRET", False)
+    seen = []
+    real = gpu_call.launch
+    monkeypatch.setattr(gpu_call, "launch", lambda args, **kw: seen.append(kw) or real(args, **kw))
+    jax.jit(lambda x: launch.triton_call(x, 0.5, x, N, kernel=_axpy_even, out_shape=X, grid=(3,), maxnreg=128,
+                                         BLOCK=16)).lower(jnp.zeros(N, jnp.bfloat16))
+    assert seen[0]["maxnreg"] == 128 and stubs[1].maxnreg == 128

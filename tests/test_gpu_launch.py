@@ -1,7 +1,7 @@
 """The launcher itself on a CUDA GPU (skipped elsewhere): typed scalars give what the interpreter gives
 (tests/interpreter_cases.py's expectations, which the CPU tests hold the interpreter to), a host-made tensor
 descriptor in a warp-specialized loop, a matmul fed by descriptors with the compiler's warps, an empty grid,
-and compiled kernels loaded from disk by the next process."""
+compiled kernels loaded from disk by the next process, and Gluon kernels (tests/gluon_example.py)."""
 
 import json
 import os
@@ -113,3 +113,37 @@ def test_the_next_process_loads_compiled_kernels_from_disk(tmp_path):
     first, second = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
     assert first == {"kernels_compiled": 1} and second == {"kernels_loaded": 1}
     assert signature.triton_version() >= (3, 7, 1)
+
+
+def _gluon_ready() -> bool:
+    return tuple(int(p) for p in triton.__version__.split(".")[:2]) >= (3, 9)
+
+
+@pytest.mark.parametrize("maxnreg", [None, 32])
+def test_a_gluon_kernel_launches_through_triton_call(maxnreg):
+    """A Gluon kernel compiles from Gluon's own source and launches like any other, with or without a register
+    cap; on a Triton older than 3.9 the launch says which version it needs."""
+    from tests.gluon_example import scale_rows
+
+    x = _x(jnp.float32)
+    call = lambda: workbench.triton_call(x, N, 2.5, kernel=scale_rows, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),  # noqa: E731
+                                         grid=(triton.cdiv(N, 4096),), num_warps=4, maxnreg=maxnreg, BLOCK=4096, NW=4)
+    if not _gluon_ready():
+        with pytest.raises(ValueError, match="Gluon kernel, which workbench compiles with Triton 3.9 or later"):
+            call()
+        return
+    np.testing.assert_array_equal(np.asarray(call()), np.asarray(x) * np.float32(2.5))
+
+
+@pytest.mark.skipif(not _gluon_ready(), reason="Gluon kernels need Triton 3.9 (the test above covers older ones)")
+def test_a_warp_specialized_gluon_kernel_runs_with_its_partitions_warps_and_scratch():
+    """Gluon's warp_specialize adds a loading warp (rounded up to a warp group: 8 warps where 4 were asked) and the
+    TMA descriptor made on the device needs global scratch: the launch gives both."""
+    from tests.gluon_example import double_rows_specialized
+
+    x = jax.random.normal(jax.random.key(3), (256, 64), jnp.float32)
+    y = workbench.triton_call(x, 256, kernel=double_rows_specialized, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(4,), num_warps=4, R=64, C=64, NW=4)
+    np.testing.assert_array_equal(np.asarray(y), 2 * np.asarray(x))
+    (compiled,) = [r for r in gpu_call._COMPILED.values() if r.name.startswith("double_rows_specialized")]
+    assert compiled.num_warps > 4 and compiled.global_scratch_size > 0, compiled

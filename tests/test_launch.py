@@ -548,3 +548,14 @@ def test_helpers_called_from_a_kernel_do_not_repatch_the_language(monkeypatch):
     assert counts[0] == counts[1] > 0, counts
     assert {name: getattr(tl, name) for name in before} == before
     assert {name: vars(tl.tensor).get(name) for name in tensor_before} == tensor_before
+
+
+def test_a_gluon_kernel_in_the_interpreter_is_a_value_error_naming_it():
+    """Triton's interpreter does not run Gluon: on a machine without a GPU a Gluon launch says so, rather than
+    failing inside the interpreter."""
+    from tests.gluon_example import scale_rows
+
+    x = jnp.ones(40, jnp.float32)
+    with pytest.raises(ValueError, match=r"^kernel: scale_rows is a Gluon kernel, which runs only compiled, on a GPU"):
+        workbench.triton_call(x, 40, 2.0, kernel=scale_rows, out_shape=jax.ShapeDtypeStruct((40,), jnp.float32),
+                              grid=(1,), BLOCK=64, NW=4)

@@ -391,7 +391,7 @@ _WARNED: set[str] = set()
 
 def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs, input_output_aliases,
          num_warps, num_stages, metaparams: Mapping[str, Any], tune_inputs: Mapping[str, Any] | None = None,
-         launch: Callable[..., Any] | None = None, launch_autotuned: Callable[..., Any] | None = None,
+         maxnreg: int | None = None, launch: Callable[..., Any] | None = None, launch_autotuned: Callable[..., Any] | None = None,
          timer: Callable[[Any, Callable[[], Any]], float] | None = None, device: str | None = None) -> Any:
     """`launch.triton_call`'s GPU branch: `workbench.gpu_call`, with configs chosen here (module docstring).
 
@@ -410,7 +410,8 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
                   input_output_aliases=input_output_aliases)
     current = mode()
     if not isinstance(kernel, Autotuner):
-        return launch(args, kernel=kernel, num_warps=num_warps, num_stages=num_stages, metaparams=metaparams, **common)
+        return launch(args, kernel=kernel, num_warps=num_warps, num_stages=num_stages, maxnreg=maxnreg,
+                      metaparams=metaparams, **common)
 
     import jax
 
@@ -427,7 +428,8 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
 
     def launch_with(config, xs):
         return launch(xs, kernel=p.inner, num_warps=config.num_warps, num_stages=config.num_stages,
-                      num_ctas=config.num_ctas, metaparams={**metaparams, **config.kwargs}, **common)
+                      num_ctas=config.num_ctas, maxnreg=config.maxnreg, metaparams={**metaparams, **config.kwargs},
+                      **common)
 
     if current == "off":  # the first candidate: nothing read, timed or written
         STATS["chosen_first"] += 1

@@ -117,7 +117,7 @@ def _compile_one(spec: Mapping[str, Any], last: str):
 
     return compiler.compile_kernel(_function(spec), spec["signature"], spec["constexprs"],
                                    num_warps=spec["num_warps"], num_stages=spec["num_stages"],
-                                   capability=CAPABILITY, last=last)
+                                   capability=CAPABILITY, last=last, maxnreg=spec.get("maxnreg"))
 
 
 _SASS_COUNTS = ("HGMMA", "HMMA", "LDL", "STL", "MUFU.EX2", "BAR")

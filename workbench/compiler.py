@@ -47,19 +47,38 @@ class Compiled:
         return cls(**fields)
 
 
+def is_gluon(fn) -> bool:
+    """Whether `fn` is a Gluon kernel (`triton.experimental.gluon.jit`): written against the GPU's own layouts,
+    barriers and warp groups, compiled from its own IR, and never run by Triton's interpreter."""
+    return bool(getattr(fn, "is_gluon", lambda: False)())
+
+
 def source(fn, signature: Mapping[str, str], constexprs: Mapping[str, Any]):
-    """The kernel's `ASTSource`: every pointer argument declared 16-byte aligned (`tt.divisibility` 16), which
-    lets the compiler vectorise its accesses; XLA's buffers are aligned so."""
+    """The kernel's `ASTSource` (Gluon's `GluonASTSource` for a Gluon kernel): every pointer argument declared
+    16-byte aligned (`tt.divisibility` 16), which lets the compiler vectorise its accesses; XLA's buffers are
+    aligned so."""
     from triton.compiler import ASTSource
 
     attrs = {(fn.arg_names.index(name),): [["tt.divisibility", 16]]
              for name, kind in signature.items() if kind.startswith("*")}
-    return ASTSource(fn=fn, signature=dict(signature), constexprs=dict(constexprs), attrs=attrs)
+    make = ASTSource
+    if is_gluon(fn):
+        import triton
+        from triton.experimental import gluon
+
+        make = getattr(gluon, "GluonASTSource", None)
+        if make is None:
+            raise ValueError(f"kernel: {fn.__name__} is a Gluon kernel, which workbench compiles with Triton 3.9 or "
+                             f"later (its public GluonASTSource); this is Triton {triton.__version__}")
+    return make(fn=fn, signature=dict(signature), constexprs=dict(constexprs), attrs=attrs)
 
 
 def compile_kernel(fn, signature: Mapping[str, str], constexprs: Mapping[str, Any], *, num_warps: int,
-                   num_stages: int, num_ctas: int = 1, capability: int = 90, last: str = "ptx") -> Compiled:
-    """Compile `fn` (a `triton.JITFunction`) for `sm_<capability>` up to stage `last` (STAGES)."""
+                   num_stages: int, num_ctas: int = 1, capability: int = 90, last: str = "ptx",
+                   maxnreg: int | None = None) -> Compiled:
+    """Compile `fn` (a `triton.JITFunction`, Triton's or Gluon's) for `sm_<capability>` up to stage `last` (STAGES);
+    `maxnreg` caps the registers per thread (PTX `.maxnreg`; a warp-specialized kernel divides them between its
+    partitions from there)."""
     from triton._C.libtriton import ir
     from triton.backends.compiler import GPUTarget
     from triton.compiler.compiler import make_backend
@@ -71,8 +90,9 @@ def compile_kernel(fn, signature: Mapping[str, str], constexprs: Mapping[str, An
     backend = make_backend(target)
     # fused multiply-adds on, as jax-triton and Triton's own launcher (up to 3.9) compile: explicit, so that
     # Triton 3.10's new default (off) changes nothing here
+    limit = {} if maxnreg is None else {"maxnreg": int(maxnreg)}
     options = backend.parse_options({"num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas,
-                                     "enable_fp_fusion": True, **src.parse_options()})
+                                     "enable_fp_fusion": True, **limit, **src.parse_options()})
     context = ir.context()
     ir.load_dialects(context)
     backend.load_dialects(context)

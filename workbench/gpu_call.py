@@ -129,21 +129,24 @@ class Bound:
 # ----------------------------------------------------------------------------- compiling
 
 
-def kernel_key(bound: Bound, *, num_warps: int, num_stages: int, num_ctas: int, cc: int) -> dict[str, Any]:
-    """The key of one compiled kernel: everything the compiler's output depends on."""
+def kernel_key(bound: Bound, *, num_warps: int, num_stages: int, num_ctas: int, cc: int,
+               maxnreg: int | None = None) -> dict[str, Any]:
+    """The key of one compiled kernel: everything the compiler's output depends on (`maxnreg` only when set, so
+    that the keys of kernels without it are those of earlier releases)."""
     import triton
 
     return cache.canonical({
         "kind": "kernel", "format": FORMAT, "kernel": bound.fn.__name__, "source": source_hash(bound.fn),
         "signature": bound.signature, "constants": sorted([k, repr(v)] for k, v in bound.constants.items()),
         "num_warps": num_warps, "num_stages": num_stages, "num_ctas": num_ctas, "capability": cc,
-        "triton": triton.__version__,
+        "triton": triton.__version__, **({} if maxnreg is None else {"maxnreg": maxnreg}),
     })
 
 
-def compiled(bound: Bound, *, num_warps: int, num_stages: int, num_ctas: int, cc: int) -> tuple[str, compiler.Compiled]:
+def compiled(bound: Bound, *, num_warps: int, num_stages: int, num_ctas: int, cc: int,
+             maxnreg: int | None = None) -> tuple[str, compiler.Compiled]:
     """(digest of the kernel key, the kernel compiled to PTX): from this process, the disk, or the compiler."""
-    key = kernel_key(bound, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas, cc=cc)
+    key = kernel_key(bound, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas, cc=cc, maxnreg=maxnreg)
     name = cache.digest(key)
     with _LOCK:
         hit = _COMPILED.get(name)
@@ -160,7 +163,8 @@ def compiled(bound: Bound, *, num_warps: int, num_stages: int, num_ctas: int, cc
             result = None
     if result is None:
         result = compiler.compile_kernel(bound.fn, bound.signature, bound.constants, num_warps=num_warps,
-                                         num_stages=num_stages, num_ctas=num_ctas, capability=cc, last="ptx")
+                                         num_stages=num_stages, num_ctas=num_ctas, capability=cc, last="ptx",
+                                         maxnreg=maxnreg)
         STATS["kernels_compiled"] += 1
         if store is not None:
             store.write(key, result.as_json())
@@ -260,7 +264,7 @@ def _ffi(name: str, call, args, out_shapes, aliases: Mapping[int, int], scratch:
 
 
 def _kernel_call(args, out_shapes, kernel, grid, meta, zeroed_outputs, aliases, *, num_warps, num_stages,
-                 num_ctas):
+                 num_ctas, maxnreg=None):
     """(jaxlib's call of `kernel` under one config, whether the kernel has global scratch, None), or, for an empty
     grid, (None, False, the outputs it leaves)."""
     bound = Bound(kernel, args, out_shapes, meta)
@@ -269,7 +273,8 @@ def _kernel_call(args, out_shapes, kernel, grid, meta, zeroed_outputs, aliases, 
     if 0 in dims:
         return None, False, _unlaunched(args, out_shapes, zeroed, aliases)
     lib, cc = bindings(), capability()
-    digest, result = compiled(bound, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas, cc=cc)
+    digest, result = compiled(bound, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas, cc=cc,
+                              maxnreg=maxnreg)
     params = _parameters(lib, bound, result, _zeroed(bound, out_shapes, zeroed))
     call = lib.TritonKernelCall(_kernel(digest, result, num_ctas, cc), *dims, params)
     return call, result.global_scratch_size > 0, None
@@ -277,16 +282,18 @@ def _kernel_call(args, out_shapes, kernel, grid, meta, zeroed_outputs, aliases, 
 
 def launch(args: Sequence[Any], *, kernel, out_shapes: Sequence[Any], grid, name: str = "",
            num_warps: int | None = None, num_stages: int | None = None, num_ctas: int = 1,
-           metaparams: Mapping[str, Any] | None = None, zeroed_outputs=(),
+           maxnreg: int | None = None, metaparams: Mapping[str, Any] | None = None, zeroed_outputs=(),
            input_output_aliases: Mapping[int, int] | None = None) -> list[Any]:
     """Run `kernel` (a `@triton.jit` function, possibly under `@triton.heuristics`) on the GPU: `args` in
     parameter order (arrays, scalars, descriptors), then one output per `out_shapes` entry; `grid` a tuple or
     a function of the meta-parameters; `input_output_aliases` maps an argument's position to the output that
-    reuses its buffer; `zeroed_outputs` (indices, or a function of the meta-parameters) start at zero."""
+    reuses its buffer; `zeroed_outputs` (indices, or a function of the meta-parameters) start at zero; `maxnreg`
+    caps the registers per thread. A Gluon kernel (`triton.experimental.gluon.jit`) launches the same way."""
     aliases = dict(input_output_aliases or {})
     call, scratch, empty = _kernel_call(args, out_shapes, kernel, grid, dict(metaparams or {}), zeroed_outputs,
                                         aliases, num_warps=4 if num_warps is None else num_warps,
-                                        num_stages=3 if num_stages is None else num_stages, num_ctas=num_ctas)
+                                        num_stages=3 if num_stages is None else num_stages, num_ctas=num_ctas,
+                                        maxnreg=maxnreg)
     return empty if call is None else list(_ffi(name, call, args, out_shapes, aliases, scratch))
 
 
@@ -304,7 +311,7 @@ def launch_autotuned(args: Sequence[Any], *, configs: Sequence[Any], kernel, out
         call, has_scratch, empty = _kernel_call(args, out_shapes, kernel, grid,
                                                 {**(metaparams or {}), **config.kwargs}, zeroed_outputs, aliases,
                                                 num_warps=config.num_warps, num_stages=config.num_stages,
-                                                num_ctas=config.num_ctas)
+                                                num_ctas=config.num_ctas, maxnreg=config.maxnreg)
         if call is None:
             return empty
         calls.append((call, str(config)))

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _backend  # first: sets TRITON_INTERPRET before triton is imported
-from . import interpreter, signature
+from . import compiler, interpreter, signature
 from ._sharding import vary_like
 
 import jax
@@ -168,6 +168,7 @@ def triton_call(
     num_warps: int | None = None,
     num_stages: int | None = None,
     tune_inputs: dict[str, Any] | None = None,
+    maxnreg: int | None = None,
     **metaparams: Any,
 ) -> Any:
     """Launch `kernel` on `args` and return its outputs (jax-triton's `triton_call` convention).
@@ -178,7 +179,11 @@ def triton_call(
     On a GPU an `@triton.autotune` kernel's config is chosen by `workbench.autotune` and remembered on
     disk; `tune_inputs` maps integer array arguments (sequence bounds, slot tables) to concrete
     stand-ins of the same shape and dtype (or functions returning one, called only when a config is
-    timed) that it may time the configs on when they are traced. The interpreter ignores it.
+    timed) that it may time the configs on when they are traced. The interpreter ignores it, as it ignores
+    `num_warps`, `num_stages` and `maxnreg` (registers per thread, PTX `.maxnreg`).
+
+    A Gluon kernel (`triton.experimental.gluon.jit`, Triton 3.9 or later) launches the same way on a GPU; the
+    interpreter does not run Gluon, so on a machine without one it is a `ValueError`.
     """
     args = tuple(absent() if a is None else a for a in args)
     single = not isinstance(out_shape, (list, tuple))
@@ -189,6 +194,11 @@ def triton_call(
             seen = Launch(kernel, args, tuple(out_shapes), dict(metaparams), num_warps, num_stages, grid)
             for observer in list(_OBSERVERS):
                 observer(seen)
+        jitted = signature.unwrap(kernel)[2]
+        if compiler.is_gluon(jitted):
+            raise ValueError(f"kernel: {jitted.__name__} is a Gluon kernel, which runs only compiled, on a GPU "
+                             "(Triton's interpreter does not run Gluon); give the call a Triton kernel where no "
+                             "GPU is present")
         outs = _interpreted_call(
             args, kernel, out_shapes, grid, zeroed_outputs, input_output_aliases or {}, metaparams
         )
@@ -207,6 +217,7 @@ def triton_call(
             num_stages=num_stages,
             metaparams=metaparams,
             tune_inputs=tune_inputs,
+            maxnreg=maxnreg,
         )
     outs = _varying_like(outs, args)
     return outs[0] if single else list(outs)
