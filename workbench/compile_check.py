@@ -79,8 +79,10 @@ def launch_specs(seen, all_configs: bool = False) -> list[dict[str, Any]]:
         bound = gpu_call.Bound(tuner.fn if tuner is not None else kernel, values, out_shapes, meta)
         warps = config.num_warps if config is not None else (seen.num_warps or 4)
         stages = config.num_stages if config is not None else (seen.num_stages or 3)
+        maxnreg = getattr(config, "maxnreg", None) if config is not None else seen.maxnreg
         specs.append({"module": module, "kernel": attribute, "signature": bound.signature,
-                      "constexprs": bound.constants, "num_warps": warps, "num_stages": stages})
+                      "constexprs": bound.constants, "num_warps": warps, "num_stages": stages,
+                      **({"maxnreg": maxnreg} if maxnreg is not None else {})})
     return specs
 
 

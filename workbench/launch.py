@@ -129,7 +129,8 @@ def interpreter_config(kernel: Autotuner, index: int):
 class Launch:
     """One `triton_call` as the launcher receives it: the kernel (autotuner and heuristics included), its
     arguments (arrays possibly traced; `None` already replaced by `absent()`), output shapes, meta-parameters,
-    the warps and stages the caller asked for (None: the config's or Triton's default), and the grid."""
+    the warps, stages and register cap the caller asked for (None: the config's or Triton's default), and the
+    grid."""
 
     kernel: Any
     args: tuple
@@ -138,6 +139,7 @@ class Launch:
     num_warps: int | None
     num_stages: int | None
     grid: Any = None
+    maxnreg: int | None = None
 
 
 _OBSERVERS: list[Callable[[Launch], None]] = []
@@ -191,7 +193,8 @@ def triton_call(
     out_shapes = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in out_shapes]
     if INTERPRET:
         if _OBSERVERS:
-            seen = Launch(kernel, args, tuple(out_shapes), dict(metaparams), num_warps, num_stages, grid)
+            seen = Launch(kernel, args, tuple(out_shapes), dict(metaparams), num_warps, num_stages, grid,
+                          maxnreg)
             for observer in list(_OBSERVERS):
                 observer(seen)
         jitted = signature.unwrap(kernel)[2]

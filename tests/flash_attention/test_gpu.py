@@ -96,7 +96,7 @@ def test_compiled_dq_pass_within_budget(case):
     _three_way(inputs, 2, tuning=Tuning(dq="pass"), **options)
 
 
-FORWARDS = {"pointer loads": Tuning(forward_loads="pointers"),
+FORWARDS = {"triton": Tuning(forward="triton"), "pointer loads": Tuning(forward_loads="pointers"),
             "halves, pointer loads": Tuning(split_rows=True, forward_loads="pointers"),
             "halves, descriptors": Tuning(split_rows=True, forward_loads="tma")}
 
@@ -104,11 +104,53 @@ FORWARDS = {"pointer loads": Tuning(forward_loads="pointers"),
 @pytest.mark.parametrize("tuning", FORWARDS.values(), ids=FORWARDS.keys())
 @pytest.mark.parametrize("case", ["causal-D128", "non-causal-D80-GQA-Tq<Tk", "window+softcap+sinks+bias-D80"])
 def test_compiled_other_forwards_within_budget(case, tuning):
-    """The forwards a `Tuning` selects besides the default (whole row blocks, K and V through descriptors made on
-    the device, in the launcher's global scratch): masked pointer loads, and rows in two halves either way."""
+    """The forwards a `Tuning` selects besides the default (on Hopper with Triton 3.9 the Gluon kernel where it
+    applies, else whole row blocks with K and V through descriptors made on the device, in the launcher's global
+    scratch): the Triton forward itself, masked pointer loads, and rows in two halves either way."""
     (B, Tq, Tk, H, Hkv, D), made, options = CASES[case]
     inputs = testing.attention_inputs(1, B, Tq, Tk, H, Hkv, D, dtype=jnp.bfloat16, **made)
     _three_way(inputs, 2, tuning=tuning, **options)
+
+
+# (B, T, H, Hkv, D), dtype, causal: what the Gluon forward computes (Tq = Tk, no other mask)
+GLUON_CASES = {
+    "causal-D128-GQA-T1000": ((2, 1000, 8, 2, 128), jnp.bfloat16, True),
+    "non-causal-D128-T4096": ((1, 4096, 4, 4, 128), jnp.bfloat16, False),
+    "causal-D64-MQA-T2048-f16": ((1, 2048, 4, 1, 64), jnp.float16, True),
+    "non-causal-D64-T777-f16": ((1, 777, 4, 4, 64), jnp.float16, False),
+    "causal-D128-T5": ((3, 5, 2, 2, 128), jnp.bfloat16, True),
+}
+
+
+@pytest.mark.parametrize("case", GLUON_CASES.values(), ids=GLUON_CASES.keys())
+def test_compiled_gluon_forward_within_budget(case):
+    """`Tuning(forward="gluon")`: the Hopper forward (gluon_kernels.py), its o, lse and the gradients the Triton
+    backward forms from its float32 o, against the reference and the float64 oracle."""
+    (B, T, H, Hkv, D), dtype, causal = case
+    inputs = testing.attention_inputs(12, B, T, T, H, Hkv, D, dtype=dtype)
+    _three_way(inputs, 13, causal=causal, tuning=Tuning(forward="gluon"))
+
+
+def test_compiled_default_forward_is_the_gluon_kernel_on_hopper():
+    """The default forward is the Gluon kernel exactly where it applies (Hopper, Triton 3.9 or later), else the
+    Triton forward: bit for bit one of the two, which differ."""
+    from workbench.flash_attention import gluon_kernels
+    from workbench.gpu_call import capability
+
+    x = testing.attention_inputs(14, 2, 1000, 1000, 8, 2, 128, dtype=jnp.bfloat16)
+
+    def run(tuning):
+        return np.asarray(jax.jit(lambda q, k, v: workbench.flash_attention(q, k, v, causal=True, tuning=tuning))(
+            x["q"], x["k"], x["v"]), np.float32)
+
+    hopper = capability() == 90 and gluon_kernels.triton_version >= gluon_kernels.MIN_TRITON
+    default, triton_fwd = run(None), run(Tuning(forward="triton"))
+    if hopper:
+        gluon_fwd = run(Tuning(forward="gluon"))
+        assert not np.array_equal(gluon_fwd, triton_fwd)
+        np.testing.assert_array_equal(default, gluon_fwd)
+    else:
+        np.testing.assert_array_equal(default, triton_fwd)
 
 
 def test_compiled_tma_forward_matches_pointer_loads_on_varlen():

@@ -21,8 +21,8 @@ import triton
 from .. import _checks
 from .._bounds import inside_rows, keep_inside, packed_bounds
 from .._sharding import Dims, explicitly_sharded, per_device, summed_like
-from ..launch import absent, triton_call
-from . import kernels
+from ..launch import INTERPRET, absent, triton_call
+from . import gluon_kernels, kernels
 from ._validate import Static, validate
 from .dropout import dropout_keep_mask, dropout_seeds, dropout_threshold, keep_from_seeds
 from .reference import attention_ref
@@ -49,12 +49,21 @@ class Tuning:
         columns past D read as 0, as the masked loads give). Descriptors need rows of a multiple of 16
         bytes (D a multiple of 8 in 16-bit dtypes, of 4 in float32); "tma" with other rows is a
         ValueError. None means "tma" where the rows allow it, else "pointers".
+    forward: which forward kernel runs. "triton": `kernels.py` (every mask, every dtype, the CPU too);
+        "gluon": the Hopper kernel of `gluon_kernels.py` (two warp groups taking turns; Triton 3.9 or later,
+        compute capability 9.0, compiled only), for plain or causal attention with Tq = Tk, D 64 or 128,
+        bfloat16 or float16 and no other mask — another call is a ValueError that says what it lacks. None
+        means "gluon" where it applies on the GPU this runs on and is the faster there (a forward alone at any
+        T; with a backward to follow, T ≥ 4096: NOTES.md, "The Hopper forward"), else "triton". split_rows and
+        forward_loads choose among the Triton forward's variants: either one given means "triton" (with
+        "gluon", a ValueError).
     """
 
     backward: Literal["triton", "reference"] = "triton"
     split_rows: bool | None = None
     dq: Literal["atomic", "pass"] | None = None
     forward_loads: Literal["pointers", "tma"] | None = None
+    forward: Literal["triton", "gluon"] | None = None
 
     def __post_init__(self):
         if self.backward not in ("triton", "reference"):
@@ -65,6 +74,8 @@ class Tuning:
             raise ValueError(f"Tuning.dq: expected None, 'atomic' or 'pass', got {self.dq!r}")
         if self.forward_loads not in (None, "pointers", "tma"):
             raise ValueError(f"Tuning.forward_loads: expected None, 'pointers' or 'tma', got {self.forward_loads!r}")
+        if self.forward not in (None, "triton", "gluon"):
+            raise ValueError(f"Tuning.forward: expected None, 'triton' or 'gluon', got {self.forward!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,8 +223,79 @@ def _forward_loads(q, tuning: Tuning) -> str:
     return tuning.forward_loads
 
 
+def _gluon_misfit(q, k, sinks, bias, q_seg, seeds, static: _Static) -> str | None:
+    """What keeps the Gluon forward from this call (None: nothing), said for a ValueError."""
+    spec = static.spec
+    if gluon_kernels.triton_version < gluon_kernels.MIN_TRITON:
+        return f"Triton {triton.__version__} (Gluon kernels need 3.9 or later)"
+    others = [name for name, present in (
+        ("cu_seqlens", static.varlen), ("sliding_window", spec.window is not None),
+        ("softcap", spec.softcap is not None), ("sinks", sinks is not None), ("bias", bias is not None),
+        ("segment_ids", q_seg is not None), ("dropout_rate", seeds is not None)) if present]
+    if others:
+        return f"a mask it does not compute ({', '.join(others)})"
+    if q.dtype not in (jnp.bfloat16, jnp.float16):
+        return f"dtype {q.dtype.name} (it computes bfloat16 and float16)"
+    if q.shape[-1] not in (64, 128):
+        return f"D = {q.shape[-1]} (it computes 64 and 128)"
+    if q.shape[1] != k.shape[1]:
+        return f"Tq = {q.shape[1]} ≠ Tk = {k.shape[1]}"
+    if not INTERPRET and _capability() != 90:
+        return f"a GPU of compute capability {_capability()} (its matrix products are Hopper's, 9.0)"
+    return None
+
+
+def _capability() -> int:
+    from ..gpu_call import capability  # only where kernels run compiled
+
+    return capability()
+
+
+# With a backward to follow (the float32 copy of o written too) the Gluon forward was slower in forward+backward
+# at T 1024 and faster from 4096 on (H200, NOTES.md "The Hopper forward"); alone it was faster at every T measured.
+GLUON_WITH_BACKWARD_MIN_T = 4096
+
+
+def _forward_choice(q, k, sinks, bias, q_seg, seeds, static: _Static, keep_f32: bool) -> str:
+    """"gluon" or "triton" (Tuning.forward)."""
+    tuning = static.tuning
+    asked = tuning.forward
+    variant = tuning.split_rows is not None or tuning.forward_loads is not None  # of the Triton forward
+    if asked == "gluon" and variant:
+        raise ValueError(f"Tuning.forward='gluon': split_rows ({tuning.split_rows!r}) and forward_loads "
+                         f"({tuning.forward_loads!r}) choose among the Triton forward's variants; leave them None")
+    if asked == "triton" or variant:
+        return "triton"
+    misfit = _gluon_misfit(q, k, sinks, bias, q_seg, seeds, static)
+    if asked == "gluon" and misfit is not None:
+        raise ValueError(f"Tuning.forward='gluon': the Gluon forward computes plain or causal attention with "
+                         f"Tq = Tk, D 64 or 128, bfloat16 or float16, on Hopper; this call has {misfit} "
+                         f"(q shape {tuple(q.shape)} {q.dtype.name}, k shape {tuple(k.shape)})")
+    if asked == "gluon":
+        return "gluon"
+    faster = not keep_f32 or q.shape[1] >= GLUON_WITH_BACKWARD_MIN_T
+    return "gluon" if misfit is None and not INTERPRET and faster else "triton"
+
+
+def _forward_gluon(q, k, v, static: _Static, keep_f32: bool):
+    """`_forward` by the Gluon kernel (`_gluon_misfit` found nothing against it)."""
+    B, T, H, D = q.shape
+    config = dict(gluon_kernels.CONFIG)
+    o, lse, o_f32 = triton_call(
+        q, k, v, T, static.spec.scale, kernel=gluon_kernels.flash_fwd_pingpong_kernel,
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((B, H, T), jnp.float32),
+                   jax.ShapeDtypeStruct(q.shape if keep_f32 else (0,), jnp.float32)],
+        grid=(triton.cdiv(T, gluon_kernels.BLOCK_M), B * H), name="workbench_flash_fwd_gluon",
+        num_warps=config.pop("num_warps"), maxnreg=config.pop("maxnreg"), H=H, HKV=k.shape[2], D=D,
+        CAUSAL=static.spec.causal, KEEP_F32=keep_f32, **config,
+    )
+    return o, lse, (o_f32 if keep_f32 else None)
+
+
 def _forward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, static: _Static, keep_f32: bool = False):
     """(o, lse, o in float32 or None): the float32 copy only when a backward will follow (fa.5)."""
+    if _forward_choice(q, k, sinks, bias, q_seg, seeds, static, keep_f32) == "gluon":
+        return _forward_gluon(q, k, v, static, keep_f32)
     B, Tq, H, D = q.shape
     N = cu_q.shape[0] - 1
     arrays, scalars, meta = _launch_args(q, k, sinks, bias, q_seg, kv_seg, seeds, static)
@@ -336,7 +418,8 @@ def _block_launch(q, k, causal: bool, scale: float):
     spec = Static(scale=scale, causal=causal, window=None, softcap=None, dropout_rate=0.0, return_lse=True)
     cu_q = jnp.arange(B + 1, dtype=jnp.int32) * Tq
     cu_k = jnp.arange(B + 1, dtype=jnp.int32) * Tk
-    return cu_q, cu_k, _Static(spec=spec, varlen=False, tuning=Tuning())
+    # the ring's blocks keep the Triton forward: its two-GPU tests have not run with the Gluon one
+    return cu_q, cu_k, _Static(spec=spec, varlen=False, tuning=Tuning(forward="triton"))
 
 
 def attention_block(q, k, v, *, causal: bool, scale: float):
