@@ -1,7 +1,7 @@
 """Time every config of one autotuned kernel of an op, each config alone, on a GPU.
 
     python scripts/config_times.py --op flash_attention --shapes target \
-        --kernel workbench.flash_attention.kernels:flash_bwd_dkdv_dq_kernel [--configs 0,2] [--variant NAME]
+        --kernel workbench.flash_attention.kernels:flash_bwd_dkdv_dq_kernel [--configs 0,2] [--variant NAME] [--T 4096]
 
 Our kernels launch the first config their pruning keeps (lists ordered best-first from measurements), so
 choosing an order needs each config timed in the same process. For each shape of the `workbench bench`
@@ -48,14 +48,16 @@ def config_name(config) -> str:
     return f"{blocks} w{fields['num_warps']} s{fields['num_stages']}"
 
 
-def run(op_name: str, shape_set: str, kernel, indices, variant: str | None, iters: int, reps: int):
+def run(op_name: str, shape_set: str, kernel, indices, variant: str | None, iters: int, reps: int,
+        tokens=None):
     op = bench.OPS[op_name]
     options = dict(op.variants[variant]) if variant else {}
     dtype = jnp.dtype(op.dtype)
     configs = launch.autotune_configs(kernel)
     indices = range(len(configs)) if indices is None else indices
     rows = []
-    for seed, shape in enumerate(op.shape_sets[shape_set]):
+    shapes = [s for s in op.shape_sets[shape_set] if tokens is None or s["T"] in tokens]
+    for seed, shape in enumerate(shapes):
         inputs = op.inputs(shape, dtype, seed)
         outputs = jax.eval_shape(bench.jax_calls(op, "reference", inputs, []).forward)
         cotangents = testing.random_cotangents(1000 + seed, outputs)
@@ -92,6 +94,7 @@ def main(argv=None) -> int:
     parser.add_argument("--kernel", required=True, help="module:attribute of the autotuned kernel")
     parser.add_argument("--configs", help="comma list of config indices (default: all)")
     parser.add_argument("--variant", help="one of the op's bench variants, passed to every call")
+    parser.add_argument("--T", help="only the shapes of the set with these sequence lengths, a comma list")
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--out", help="write the rows to this JSON file")
@@ -103,7 +106,8 @@ def main(argv=None) -> int:
         bench.chosen_variants(args.op, [args.variant])  # an unknown name is a ValueError naming the known ones
     kernel = kernel_at(args.kernel)
     indices = None if args.configs is None else [int(i) for i in args.configs.split(",")]
-    rows = run(args.op, args.shapes, kernel, indices, args.variant, args.iters, args.reps)
+    tokens = None if args.T is None else [int(t) for t in args.T.split(",")]
+    rows = run(args.op, args.shapes, kernel, indices, args.variant, args.iters, args.reps, tokens)
     device = jax.devices()[0].device_kind
     print(f"{args.op} {args.shapes} on {device}, {args.kernel}, each config alone (median ms):")
     for row in rows:
