@@ -3,8 +3,9 @@
     s_ij = scale · q_i·k_j (+ bias_ij),  s ← c·tanh(s / c) with softcap c,  masked entries −inf,
     o_i = Σ_j softmax_j(s_i, sink) v_j,   lse_i = log(Σ_j exp s_ij + exp sink)
 
-Triton forward and backward kernels (`kernels.py`; their per-tile steps in `steps.py`), the pure-JAX
-reference (`reference.py`), the dropout hash both share (`dropout.py`) and the derivation (`NOTES.md`).
+Triton forward and backward kernels (`kernels.py`; their per-tile steps in `steps.py`), the Hopper forward in
+Gluon for plain and causal attention (`gluon_kernels.py`, chosen on a GPU that runs it), the pure-JAX reference
+(`reference.py`), the dropout hash both share (`dropout.py`) and the derivation (`NOTES.md`).
 This module is the glue: validation, packing a batch as sequences, sharding, the custom VJP.
 """
 
