@@ -241,15 +241,12 @@ def _gluon_misfit(q, k, sinks, bias, q_seg, seeds, static: _Static) -> str | Non
         return f"D = {q.shape[-1]} (it computes 64 and 128)"
     if q.shape[1] != k.shape[1]:
         return f"Tq = {q.shape[1]} ≠ Tk = {k.shape[1]}"
-    if not INTERPRET and _capability() != 90:
-        return f"a GPU of compute capability {_capability()} (its matrix products are Hopper's, 9.0)"
+    if not INTERPRET:
+        from ..gpu_call import capability  # only where kernels run compiled
+
+        if (cc := capability()) != 90:
+            return f"a GPU of compute capability {cc} (its matrix products are Hopper's, 9.0)"
     return None
-
-
-def _capability() -> int:
-    from ..gpu_call import capability  # only where kernels run compiled
-
-    return capability()
 
 
 # With a backward to follow (the float32 copy of o written too) the Gluon forward was slower in forward+backward
