@@ -73,6 +73,14 @@ def source(fn, signature: Mapping[str, str], constexprs: Mapping[str, Any]):
     return make(fn=fn, signature=dict(signature), constexprs=dict(constexprs), attrs=attrs)
 
 
+def compiles_gluon() -> bool:
+    """Whether this Triton compiles Gluon kernels through workbench: 3.9 and later, whose `GluonASTSource` is
+    public (`source`)."""
+    from triton.experimental import gluon
+
+    return hasattr(gluon, "GluonASTSource")
+
+
 def compile_kernel(fn, signature: Mapping[str, str], constexprs: Mapping[str, Any], *, num_warps: int,
                    num_stages: int, num_ctas: int = 1, capability: int = 90, last: str = "ptx",
                    maxnreg: int | None = None) -> Compiled:

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from tests.helpers import raises
-from workbench import compile_check, launch, testing
+from workbench import compile_check, compiler, launch, testing
 from workbench.flash_attention import Tuning, gluon_kernels
 
-NEW_TRITON = gluon_kernels.triton_version >= gluon_kernels.MIN_TRITON
+NEW_TRITON = compiler.compiles_gluon()
 GLUON = Tuning(forward="gluon")
 
 

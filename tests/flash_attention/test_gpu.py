@@ -134,7 +134,7 @@ def test_compiled_gluon_forward_within_budget(case):
 def test_compiled_default_forward_is_the_gluon_kernel_on_hopper():
     """The default forward is the Gluon kernel exactly where it applies (Hopper, Triton 3.9 or later), else the
     Triton forward: bit for bit one of the two, which differ."""
-    from workbench.flash_attention import gluon_kernels
+    from workbench.compiler import compiles_gluon
     from workbench.gpu_call import capability
 
     x = testing.attention_inputs(14, 2, 1000, 1000, 8, 2, 128, dtype=jnp.bfloat16)
@@ -143,7 +143,7 @@ def test_compiled_default_forward_is_the_gluon_kernel_on_hopper():
         return np.asarray(jax.jit(lambda q, k, v: workbench.flash_attention(q, k, v, causal=True, tuning=tuning))(
             x["q"], x["k"], x["v"]), np.float32)
 
-    hopper = capability() == 90 and gluon_kernels.triton_version >= gluon_kernels.MIN_TRITON
+    hopper = capability() == 90 and compiles_gluon()
     default, triton_fwd = run(None), run(Tuning(forward="triton"))
     if hopper:
         gluon_fwd = run(Tuning(forward="gluon"))

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import triton
 
-from .. import _checks
+from .. import _checks, compiler
 from .._bounds import inside_rows, keep_inside, packed_bounds
 from .._sharding import Dims, explicitly_sharded, per_device, summed_like
 from ..launch import INTERPRET, absent, triton_call
@@ -227,7 +227,7 @@ def _forward_loads(q, tuning: Tuning) -> str:
 def _gluon_misfit(q, k, sinks, bias, q_seg, seeds, static: _Static) -> str | None:
     """What keeps the Gluon forward from this call (None: nothing), said for a ValueError."""
     spec = static.spec
-    if gluon_kernels.triton_version < gluon_kernels.MIN_TRITON:
+    if not compiler.compiles_gluon():
         return f"Triton {triton.__version__} (Gluon kernels need 3.9 or later)"
     others = [name for name, present in (
         ("cu_seqlens", static.varlen), ("sliding_window", spec.window is not None),
@@ -259,20 +259,20 @@ def _forward_choice(q, k, sinks, bias, q_seg, seeds, static: _Static, keep_f32: 
     tuning = static.tuning
     asked = tuning.forward
     variant = tuning.split_rows is not None or tuning.forward_loads is not None  # of the Triton forward
-    if asked == "gluon" and variant:
-        raise ValueError(f"Tuning.forward='gluon': split_rows ({tuning.split_rows!r}) and forward_loads "
-                         f"({tuning.forward_loads!r}) choose among the Triton forward's variants; leave them None")
-    if asked == "triton" or variant:
-        return "triton"
-    misfit = _gluon_misfit(q, k, sinks, bias, q_seg, seeds, static)
-    if asked == "gluon" and misfit is not None:
-        raise ValueError(f"Tuning.forward='gluon': the Gluon forward computes plain or causal attention with "
-                         f"Tq = Tk, D 64 or 128, bfloat16 or float16, on Hopper; this call has {misfit} "
-                         f"(q shape {tuple(q.shape)} {q.dtype.name}, k shape {tuple(k.shape)})")
     if asked == "gluon":
+        if variant:
+            raise ValueError(f"Tuning.forward='gluon': split_rows ({tuning.split_rows!r}) and forward_loads "
+                             f"({tuning.forward_loads!r}) choose among the Triton forward's variants; leave them None")
+        misfit = _gluon_misfit(q, k, sinks, bias, q_seg, seeds, static)
+        if misfit is not None:
+            raise ValueError(f"Tuning.forward='gluon': the Gluon forward computes plain or causal attention with "
+                             f"Tq = Tk, D 64 or 128, bfloat16 or float16, on Hopper; this call has {misfit} "
+                             f"(q shape {tuple(q.shape)} {q.dtype.name}, k shape {tuple(k.shape)})")
         return "gluon"
+    if asked == "triton" or variant or INTERPRET:
+        return "triton"
     faster = not keep_f32 or q.shape[1] >= GLUON_WITH_BACKWARD_MIN_T
-    return "gluon" if misfit is None and not INTERPRET and faster else "triton"
+    return "gluon" if faster and _gluon_misfit(q, k, sinks, bias, q_seg, seeds, static) is None else "triton"
 
 
 def _forward_gluon(q, k, v, static: _Static, keep_f32: bool):

@@ -18,7 +18,6 @@ that a group's 64×128 float32 accumulator and its 64×BN scores fit without spi
 softcap, sinks, bias, segments, dropout, packed sequences) and Tq ≠ Tk stay on `kernels.py` (the glue chooses).
 """
 
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
@@ -199,5 +198,3 @@ def flash_fwd_pingpong_kernel(q, k, v, T, scale, o, lse, o32, H: gl.constexpr, H
 
 BLOCK_M = 2 * BR.value
 CONFIG = dict(BN=128, NBUF=2, REGS=240, num_warps=4, maxnreg=168)  # measured on an H200 (NOTES.md, "Hopper forward")
-MIN_TRITON = (3, 9)
-triton_version = tuple(int(p) for p in triton.__version__.split(".")[:2])
