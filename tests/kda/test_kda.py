@@ -319,6 +319,44 @@ def test_fused_and_unfused_forward_agree():
                 jnp.dtype(dtype).name, name)
 
 
+@pytest.mark.parametrize("segments", [1, 3], ids=["one-sweep", "two-level"])
+def test_recomputed_residuals_give_the_same_gradients(segments):
+    """`Tuning(residuals="recompute")`: the forward keeps A and Aqk only and the backward forms b, w, the states
+    and δ again (the unfused forward's kernels, which store what the fused one does, bit for bit): every
+    output and gradient equals the default's, packed sequences with an empty one and an initial state, both
+    dtypes, one sweep and the two-level pass."""
+    cu = jnp.asarray([0, 5, 5, 40], jnp.int32)
+    for dtype in (jnp.float32, jnp.bfloat16):
+        inputs = kda_inputs(15, 1, 40, 2, 24, 20, dtype=dtype, strength=1.0, n_seqs=3)
+        cts = cotangents(16, inputs, 3)
+        keep = outputs_and_grads(inputs, cts, chunk_size=16, cu_seqlens=cu, tuning=Tuning(segments=segments))
+        again = outputs_and_grads(inputs, cts, chunk_size=16, cu_seqlens=cu,
+                                  tuning=Tuning(segments=segments, residuals="recompute"))
+        for name in keep:
+            assert np.array_equal(np.asarray(again[name], np.float32), np.asarray(keep[name], np.float32)), (
+                jnp.dtype(dtype).name, name)
+
+
+def test_recomputed_residuals_keep_at_most_one_and_a_half_times_the_inputs_and_outputs():
+    """What the forward keeps for the backward (traced abstractly: nothing runs) at issue 48's long shape, B1
+    T64k H16 K = V = 128 bf16, over the bytes of the inputs and outputs: 2.7× by default (b, A, Aqk, w, the
+    float32 chunk states, δ), at most 1.5× with `residuals="recompute"` (q, k, v, g, β, A, Aqk)."""
+    from workbench.bench.timing import kept_bytes
+
+    x = jax.ShapeDtypeStruct((1, 65536, 16, 128), jnp.bfloat16)
+    primals = dict(q=x, k=x, v=x, g=x, beta=jax.ShapeDtypeStruct((1, 65536, 16), jnp.bfloat16))
+    ratios = {}
+    for residuals in ("keep", "recompute"):
+        kept, io = kept_bytes(lambda p: workbench.chunk_kda(**p, tuning=Tuning(residuals=residuals)), primals)
+        ratios[residuals] = kept / io
+    assert ratios["recompute"] <= 1.5 < ratios["keep"], ratios
+
+
+def test_bad_residuals_raise():
+    with pytest.raises(ValueError, match="^Tuning.residuals: expected 'keep' or 'recompute', got 'none'"):
+        Tuning(residuals="none")
+
+
 @pytest.mark.slow
 def test_fused_and_unfused_backward_agree():
     """The fused WY + dq/dk/dg kernel and the two-kernel variant compute the same sums (in CI the

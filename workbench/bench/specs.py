@@ -144,7 +144,8 @@ def _chunk_kda_bench() -> OpBench:
         max_T={"reference": (32768, "the reference's autodiff (13 GiB at 32k by XLA's memory analysis, 26 GiB "
                                     "at 64k) on top of every other contender's buffers")},
         error_sources=("fla.ops.kda.chunk_kda",),
-        variants={"unfused backward": {"tuning": Tuning(fused_backward=False)},
+        variants={"recomputed residuals": {"tuning": Tuning(residuals="recompute")},
+                  "unfused backward": {"tuning": Tuning(fused_backward=False)},
                   "unfused forward": {"tuning": Tuning(fused_forward=False)},
                   "unfused output": {"tuning": Tuning(fused_output=False)},
                   "sub-chunk products": {"tuning": Tuning(whole_chunk=False)},

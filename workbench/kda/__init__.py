@@ -68,6 +68,11 @@ class Tuning:
         carried across them, then each swept again from its own; 1 is one sweep per sequence; None
         (default): `state_segments` from the sequences × heads in flight and the GPU's SM count, and one
         sweep for K > 128 (more than 1 there is a ValueError: NOTES.md, "Shared memory at K = 256").
+    residuals: (chunk_kda) what the forward keeps for the backward. "keep": the gate's cumulative sums b, A,
+        Aqk, w, the chunk-start states and δ (2.7× the inputs and output at B1 T64k H16 K = V = 128 bf16);
+        "recompute": A and Aqk only (the intra-chunk solve, the forward's costliest part), the backward forming
+        b, w and u again (the cumsum and WY kernels) and sweeping the states and δ again (1.1×; NOTES.md,
+        "Memory"). The same gradients, bit for bit where the kernels are deterministic.
     """
 
     backward: Literal["triton", "reference"] = "triton"
@@ -76,10 +81,13 @@ class Tuning:
     fused_output: bool = True
     whole_chunk: bool = True
     segments: int | None = None
+    residuals: Literal["keep", "recompute"] = "keep"
 
     def __post_init__(self):
         if self.segments is not None and (type(self.segments) is not int or self.segments < 1):
             raise ValueError(f"Tuning.segments: expected None or an int ≥ 1, got {self.segments!r}")
+        if self.residuals not in ("keep", "recompute"):
+            raise ValueError(f"Tuning.residuals: expected 'keep' or 'recompute', got {self.residuals!r}")
 
 
 # Measured on an H100 (B = 1, H = 16, K = V = 128, bf16; docs/performance.md): forward 5.33 → 4.49 ms at
@@ -325,13 +333,10 @@ def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
             q, k, v, g, beta, bounds, kernel=forward_kernels.chunk_kda_fwd_prep_kernel, out_shape=[b_shape, *A_shapes, *wu_shapes],
             grid=(NS, H), tune_inputs=tune, name="workbench_kda_fwd_prep", V=V, **intra)
     else:
-        b = triton_call(g, bounds, kernel=tl_chunked.chunk_cumsum_kernel, out_shape=b_shape, grid=(NS, H),
-                        tune_inputs=tune, name="workbench_kda_cumsum", **common)
+        b = _cumsum(g, bounds, static, tune)
         A, Aqk = triton_call(q, k, b, beta, bounds, kernel=forward_kernels.chunk_kda_intra_kernel, out_shape=A_shapes,
                              grid=(NS, H), tune_inputs=tune, name="workbench_kda_intra", **intra)
-        w, u, qbar, khat = triton_call(q, k, v, b, beta, A, bounds, kernel=forward_kernels.chunk_kda_wu_kernel,
-                                       out_shape=wu_shapes, grid=(NS, H), tune_inputs=tune, name="workbench_kda_wu",
-                                       scale=static.scale, H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
+        w, u, qbar, khat = _wu(q, k, v, b, beta, A, bounds, static, tune)
     ht, hs, delta, o = _state_sweep(None, None, khat, w, u, None, b, Aqk, h0, cu, bounds, static, tune,
                                     reverse=False, states_dtype=f32 if save else q.dtype, qbar=qbar, save=save)
     if o is None:
@@ -340,6 +345,40 @@ def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
                         grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), tune_inputs=tune,
                         name="workbench_kda_o", V=V, F32_DOT=_f32_dot(q), **common)
     return o, ht, (b, A, Aqk, w, hs, delta)
+
+
+def _cumsum(g, bounds, static: _Static, tune):
+    """(kda.2) b: the gate's chunk-local cumulative sums, float32."""
+    TT, H, K = g.shape
+    return triton_call(g, bounds, kernel=tl_chunked.chunk_cumsum_kernel,
+                       out_shape=jax.ShapeDtypeStruct((TT, H, K), jnp.float32), grid=(bounds.shape[0], H),
+                       tune_inputs=tune, name="workbench_kda_cumsum", H=H, K=K, BT=static.chunk_size,
+                       BK=_dims(g, g)[2])
+
+
+def _wu(q, k, v, b, beta, A, bounds, static: _Static, tune):
+    """(w, u, q̄, k̂) of every chunk from its A (the WY vectors and the gate-scaled rows)."""
+    TT, H, K = k.shape
+    rows_k = jax.ShapeDtypeStruct(k.shape, k.dtype)
+    return triton_call(q, k, v, b, beta, A, bounds, kernel=forward_kernels.chunk_kda_wu_kernel,
+                       out_shape=[rows_k, jax.ShapeDtypeStruct(v.shape, v.dtype), rows_k, rows_k],
+                       grid=(bounds.shape[0], H), tune_inputs=tune, name="workbench_kda_wu", scale=static.scale, H=H,
+                       K=K, V=v.shape[-1], BT=static.chunk_size, F32_DOT=_f32_dot(q))
+
+
+def _recomputed(q, k, v, g, beta, h0, cu, A, Aqk, static: _Static):
+    """The residuals of `_forward` (b, A, Aqk, w, hs, δ) formed again from the inputs and the kept A and Aqk
+    (`Tuning.residuals="recompute"`): the cumsum and WY kernels, then the forward state sweep without the
+    output — the kernels of the unfused forward, whose results equal the fused one's."""
+    TT = q.shape[0]
+    N = cu.shape[0] - 1
+    bounds = chunk_bounds(cu, TT, static.chunk_size)
+    tune = stand_ins(N, TT, static.chunk_size)
+    b = _cumsum(g, bounds, static, tune)
+    w, u, _, khat = _wu(q, k, v, b, beta, A, bounds, static, tune)
+    _, hs, delta, _ = _state_sweep(None, None, khat, w, u, None, b, Aqk, h0, cu, bounds, static, tune, reverse=False,
+                                   states_dtype=jnp.float32)
+    return b, A, Aqk, w, hs, delta
 
 
 def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static):
@@ -397,13 +436,19 @@ def _chunk_kda_packed(q, k, v, g, beta, h0, cu, static: _Static):
 
 
 def _chunk_kda_packed_fwd(q, k, v, g, beta, h0, cu, static: _Static):
-    o, ht, residuals = _forward(q, k, v, g, beta, h0, cu, static, save=True)
+    recompute = static.tuning.residuals == "recompute"
+    o, ht, residuals = _forward(q, k, v, g, beta, h0, cu, static, save=not recompute)
+    if recompute:
+        _, A, Aqk, *_ = residuals
+        residuals = (A, Aqk)
     return (o, ht), (q, k, v, g, beta, h0, cu, residuals)
 
 
 def _chunk_kda_packed_bwd(static: _Static, residuals, cotangents):
     q, k, v, g, beta, h0, cu, saved = residuals
     do, dht = cotangents
+    if static.tuning.residuals == "recompute" and static.tuning.backward != "reference":
+        saved = _recomputed(q, k, v, g, beta, h0, cu, *saved, static)
     if static.tuning.backward == "reference":
         _, vjp = jax.vjp(lambda *x: _reference_packed(*x, cu, static), q, k, v, g, beta, h0)
         return summed_grads((*vjp((do, dht)), None), (q, k, v, g, beta, h0))
