@@ -46,7 +46,6 @@ MISFITS = {
                         cu_seqlens_k=jnp.asarray([0, 20, 40], jnp.int32)), "cu_seqlens"),
     "float32": (dict(dtype=jnp.float32), {}, "float32"),
     "D 32": (dict(D=32), {}, "D = 32"),
-    "Tq < Tk": (dict(Tq=40, Tk=48), {}, "Tq = 40 ≠ Tk = 48"),
 }
 
 
@@ -95,13 +94,14 @@ def _recorded(x, **options):
 @pytest.mark.skipif(not launch.INTERPRET, reason="on a GPU the kernel compiles as it runs (test_gpu.py)")
 @pytest.mark.skipif(not NEW_TRITON, reason="Gluon kernels compile with Triton 3.9 or later (the refusal is tested "
                                            "above)")
-@pytest.mark.parametrize("D,dtype,causal", [(128, jnp.bfloat16, True), (128, jnp.float16, False),
-                                            (64, jnp.bfloat16, True), (64, jnp.float16, False)])
-def test_its_launches_compile_for_hopper_within_registers_and_shared_memory(D, dtype, causal):
+@pytest.mark.parametrize("D,dtype,causal,Tk", [(128, jnp.bfloat16, True, 1000), (128, jnp.float16, False, 1000),
+                                               (64, jnp.bfloat16, True, 1000), (64, jnp.float16, False, 1000),
+                                               (128, jnp.bfloat16, True, 700), (64, jnp.bfloat16, False, 1300)])
+def test_its_launches_compile_for_hopper_within_registers_and_shared_memory(D, dtype, causal, Tk):
     """Both launches (with and without the float32 copy of o) compile for sm_90: Hopper's wgmma, under the
-    register cap the launch asks, within a block's shared memory, spilling at most the 104 bytes the causal
+    register cap the launch asks, within a block's shared memory, spilling at most the 112 bytes the causal
     mask costs at D 128 (NOTES.md, "The Hopper forward")."""
-    x = testing.attention_inputs(0, 2, 1000, 1000, 8, 2, D, dtype=dtype)
+    x = testing.attention_inputs(0, 2, 1000, Tk, 8, 2, D, dtype=dtype)
     specs = _recorded(x, causal=causal)
     assert len(specs) == 2 and {s["constexprs"]["KEEP_F32"] for s in specs} == {False, True}, specs
     result = compile_check.compile_all(specs, last="resources")
@@ -112,4 +112,4 @@ def test_its_launches_compile_for_hopper_within_registers_and_shared_memory(D, d
         assert usage["HGMMA"] > 0 and usage["HMMA"] == 0, usage
         assert usage["registers"] <= gluon_kernels.CONFIG["maxnreg"], usage
         assert usage["shared"] <= compile_check.SHARED_LIMIT, usage
-        assert usage["stack"] <= (104 if causal and D == 128 else 16), usage
+        assert usage["stack"] <= (112 if causal and D == 128 else 16), usage

@@ -112,22 +112,26 @@ def test_compiled_other_forwards_within_budget(case, tuning):
     _three_way(inputs, 2, tuning=tuning, **options)
 
 
-# (B, T, H, Hkv, D), dtype, causal: what the Gluon forward computes (Tq = Tk, no other mask)
+# (B, Tq, Tk, H, Hkv, D), dtype, causal: what the Gluon forward computes (no mask but causal's)
 GLUON_CASES = {
-    "causal-D128-GQA-T1000": ((2, 1000, 8, 2, 128), jnp.bfloat16, True),
-    "non-causal-D128-T4096": ((1, 4096, 4, 4, 128), jnp.bfloat16, False),
-    "causal-D64-MQA-T2048-f16": ((1, 2048, 4, 1, 64), jnp.float16, True),
-    "non-causal-D64-T777-f16": ((1, 777, 4, 4, 64), jnp.float16, False),
-    "causal-D128-T5": ((3, 5, 2, 2, 128), jnp.bfloat16, True),
+    "causal-D128-GQA-T1000": ((2, 1000, 1000, 8, 2, 128), jnp.bfloat16, True),
+    "non-causal-D128-T4096": ((1, 4096, 4096, 4, 4, 128), jnp.bfloat16, False),
+    "causal-D64-MQA-T2048-f16": ((1, 2048, 2048, 4, 1, 64), jnp.float16, True),
+    "non-causal-D64-T777-f16": ((1, 777, 777, 4, 4, 64), jnp.float16, False),
+    "causal-D128-T5": ((3, 5, 5, 2, 2, 128), jnp.bfloat16, True),
+    "causal-Tq<Tk": ((2, 700, 1000, 4, 2, 128), jnp.bfloat16, True),
+    "causal-Tq>Tk-rows-see-nothing": ((2, 1000, 600, 4, 2, 128), jnp.bfloat16, True),
+    "non-causal-Tq<Tk-D64": ((1, 300, 1300, 4, 4, 64), jnp.bfloat16, False),
 }
 
 
 @pytest.mark.parametrize("case", GLUON_CASES.values(), ids=GLUON_CASES.keys())
 def test_compiled_gluon_forward_within_budget(case):
     """`Tuning(forward="gluon")`: the Hopper forward (gluon_kernels.py), its o, lse and the gradients the Triton
-    backward forms from its float32 o, against the reference and the float64 oracle."""
-    (B, T, H, Hkv, D), dtype, causal = case
-    inputs = testing.attention_inputs(12, B, T, T, H, Hkv, D, dtype=dtype)
+    backward forms from its float32 o, against the reference and the float64 oracle (with Tq > Tk under a causal
+    mask the first Tq − Tk rows see no key: o = 0, lse = −∞)."""
+    (B, Tq, Tk, H, Hkv, D), dtype, causal = case
+    inputs = testing.attention_inputs(12, B, Tq, Tk, H, Hkv, D, dtype=dtype)
     _three_way(inputs, 13, causal=causal, tuning=Tuning(forward="gluon"))
 
 

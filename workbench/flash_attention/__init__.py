@@ -52,7 +52,7 @@ class Tuning:
         ValueError. None means "tma" where the rows allow it, else "pointers".
     forward: which forward kernel runs. "triton": `kernels.py` (every mask, every dtype, the CPU too);
         "gluon": the Hopper kernel of `gluon_kernels.py` (two warp groups taking turns; Triton 3.9 or later,
-        compute capability 9.0, compiled only), for plain or causal attention with Tq = Tk, D 64 or 128,
+        compute capability 9.0, compiled only), for plain or causal attention (any Tq, Tk), D 64 or 128,
         bfloat16 or float16 and no other mask — another call is a ValueError that says what it lacks. None
         means "gluon" where it applies on the GPU this runs on and is the faster there (a forward alone at any
         T; with a backward to follow, T ≥ 4096: NOTES.md, "The Hopper forward"), else "triton". split_rows and
@@ -239,8 +239,6 @@ def _gluon_misfit(q, k, sinks, bias, q_seg, seeds, static: _Static) -> str | Non
         return f"dtype {q.dtype.name} (it computes bfloat16 and float16)"
     if q.shape[-1] not in (64, 128):
         return f"D = {q.shape[-1]} (it computes 64 and 128)"
-    if q.shape[1] != k.shape[1]:
-        return f"Tq = {q.shape[1]} ≠ Tk = {k.shape[1]}"
     if not INTERPRET:
         from ..gpu_call import capability  # only where kernels run compiled
 
@@ -266,7 +264,7 @@ def _forward_choice(q, k, sinks, bias, q_seg, seeds, static: _Static, keep_f32: 
         misfit = _gluon_misfit(q, k, sinks, bias, q_seg, seeds, static)
         if misfit is not None:
             raise ValueError(f"Tuning.forward='gluon': the Gluon forward computes plain or causal attention with "
-                             f"Tq = Tk, D 64 or 128, bfloat16 or float16, on Hopper; this call has {misfit} "
+                             f"D 64 or 128, bfloat16 or float16, on Hopper; this call has {misfit} "
                              f"(q shape {tuple(q.shape)} {q.dtype.name}, k shape {tuple(k.shape)})")
         return "gluon"
     if asked == "triton" or variant or INTERPRET:
@@ -277,13 +275,13 @@ def _forward_choice(q, k, sinks, bias, q_seg, seeds, static: _Static, keep_f32: 
 
 def _forward_gluon(q, k, v, static: _Static, keep_f32: bool):
     """`_forward` by the Gluon kernel (`_gluon_misfit` found nothing against it)."""
-    B, T, H, D = q.shape
+    B, Tq, H, D = q.shape
     config = dict(gluon_kernels.CONFIG)
     o, lse, o_f32 = triton_call(
-        q, k, v, T, static.spec.scale, kernel=gluon_kernels.flash_fwd_pingpong_kernel,
-        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((B, H, T), jnp.float32),
+        q, k, v, Tq, k.shape[1], static.spec.scale, kernel=gluon_kernels.flash_fwd_pingpong_kernel,
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((B, H, Tq), jnp.float32),
                    jax.ShapeDtypeStruct(q.shape if keep_f32 else (0,), jnp.float32)],
-        grid=(triton.cdiv(T, gluon_kernels.BLOCK_M), B * H), name="workbench_flash_fwd_gluon",
+        grid=(triton.cdiv(Tq, gluon_kernels.BLOCK_M), B * H), name="workbench_flash_fwd_gluon",
         num_warps=config.pop("num_warps"), maxnreg=config.pop("maxnreg"), H=H, HKV=k.shape[2], D=D,
         CAUSAL=static.spec.causal, KEEP_F32=keep_f32, **config,
     )

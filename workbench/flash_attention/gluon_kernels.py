@@ -1,9 +1,9 @@
 """The Hopper forward in Gluon (Triton 3.9 or later, sm_90, compiled only): plain or causal attention with the
 same results as `kernels.py`'s forward (NOTES.md fa.2, fa.4), scheduled by hand as FlashAttention-3 does.
 
-One program owns a 128-row block of one (batch, head): q, o `[B, T, H, D]`, k, v `[B, T, HKV, D]` (one T, causal
-aligned at the top-left, which for Tq = Tk is the op's bottom-right), lse `[B, H, T]` (natural log). Three
-partitions share its shared memory:
+One program owns a 128-row block of one (batch, head): q, o `[B, TQ, H, D]`, k, v `[B, TK, HKV, D]` (causal aligned
+bottom-right: row i sees keys j ≤ i + TK − TQ; a row that sees none has o = 0 and lse = −∞, fa.10), lse
+`[B, H, TQ]` (natural log). Three partitions share its shared memory:
 
   - a loading warp fills a ring of NBUF K and V tiles through tensor descriptors (TMA, made on the device; rows
     past T read as 0);
@@ -15,7 +15,7 @@ partitions share its shared memory:
 
 Registers move from the loading warp (24 per thread) to the groups (`REGS`, `setmaxnreg` under the hood), so
 that a group's 64×128 float32 accumulator and its 64×BN scores fit without spilling. Masks beyond causal (window,
-softcap, sinks, bias, segments, dropout, packed sequences) and Tq ≠ Tk stay on `kernels.py` (the glue chooses).
+softcap, sinks, bias, segments, dropout, packed sequences) stay on `kernels.py` (the glue chooses).
 """
 
 from triton.experimental import gluon
@@ -43,28 +43,30 @@ def _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
 
 
 @gluon.jit
-def _online_softmax(s, m_i, l_i, r0, j0, T, qk_scale, layout: gl.constexpr, BN: gl.constexpr, masked,
+def _online_softmax(s, m_i, l_i, r0, j0, TK, off, qk_scale, layout: gl.constexpr, BN: gl.constexpr, masked,
                     CAUSAL: gl.constexpr):
     """(fa.2) One tile's step of the online softmax in base 2: P = 2^(s·scale·log2 e − m), the rescale α of what
-    came before, the new running max and sum. `masked`: the tile holds the causal diagonal or keys past T."""
+    came before, the new running max and sum. `masked`: the tile holds the causal diagonal (row i sees keys
+    j ≤ i + off) or keys past TK."""
     s = s * qk_scale
     if masked:
         o_m = r0 + gl.arange(0, BR, layout=gl.SliceLayout(1, layout))
         o_n = j0 + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
-        seen = gl.expand_dims(o_n, 0) < T
+        seen = gl.expand_dims(o_n, 0) < TK
         if CAUSAL:
-            seen = seen & (gl.expand_dims(o_m, 1) >= gl.expand_dims(o_n, 0))
+            seen = seen & (gl.expand_dims(o_m + off, 1) >= gl.expand_dims(o_n, 0))
         s = gl.where(seen, s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=1))
-    p = gl.exp2(s - gl.expand_dims(m_new, 1))
-    alpha = gl.exp2(m_i - m_new)
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet: P = 0, not NaN
+    p = gl.exp2(s - gl.expand_dims(m_use, 1))
+    alpha = gl.exp2(m_i - m_use)
     l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_i
 
 
 @gluon.jit
 def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, turn, o_base, o32_base,
-           lse_base, T, m0, n_tiles, n_full, qk_scale, WG: gl.constexpr, ROW: gl.constexpr, BN: gl.constexpr,
+           lse_base, TQ, TK, off, m0, n_tiles, n_full, qk_scale, WG: gl.constexpr, ROW: gl.constexpr, BN: gl.constexpr,
            D: gl.constexpr, NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
     """Rows [m0 + WG·BR, m0 + (WG+1)·BR) of the block: their q tile, the shared K, V ring, their o and lse.
     A group issues products only in its turn; turns alternate 0, 1, 0, … (a fresh barrier passes a wait for
@@ -91,7 +93,7 @@ def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_e
     mbarrier.arrive(other, count=1)
     s = warpgroup_mma_wait(0, deps=(s, ))
     mbarrier.arrive(k_empty.index(0), count=1)
-    p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, r0, 0, T, qk_scale, layout, BN, n_full == 0, CAUSAL)
+    p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, r0, 0, TK, off, qk_scale, layout, BN, n_full == 0, CAUSAL)
     for j in range(1, n_tiles):
         i = j % NBUF
         i_prev = (j - 1) % NBUF
@@ -103,7 +105,8 @@ def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_e
         mbarrier.arrive(other, count=1)
         s = warpgroup_mma_wait(1, deps=(s, ))
         mbarrier.arrive(k_empty.index(i), count=1)
-        p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, r0, j * BN, T, qk_scale, layout, BN, j >= n_full, CAUSAL)
+        p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, r0, j * BN, TK, off, qk_scale, layout, BN, j >= n_full,
+                                             CAUSAL)
         acc = warpgroup_mma_wait(0, deps=(acc, ))
         mbarrier.arrive(v_empty.index(i_prev), count=1)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_layout), 1)
@@ -115,33 +118,35 @@ def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_e
     acc = warpgroup_mma_wait(0, deps=(acc, ))
     mbarrier.arrive(v_empty.index(i_last), count=1)
 
-    acc = acc / gl.expand_dims(gl.convert_layout(l_i, row_layout), 1)  # (fa.4)
+    seen = l_i > 0  # (fa.10) a row that saw no key: o = 0, lse = −∞
+    acc = acc / gl.expand_dims(gl.convert_layout(gl.where(seen, l_i, 1.0), row_layout), 1)  # (fa.4)
     o_m = r0 + gl.arange(0, BR, layout=row_layout)
     o_d = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
-    inside = gl.expand_dims(o_m < T, 1) & gl.expand_dims(o_d < D, 0)
+    inside = gl.expand_dims(o_m < TQ, 1) & gl.expand_dims(o_d < D, 0)
     offsets = gl.expand_dims(o_m.to(gl.int64) * ROW, 1) + gl.expand_dims(o_d, 0)
     gl.store(o_base + offsets, acc.to(dtype), mask=inside)
     if KEEP_F32:
         gl.store(o32_base + offsets, acc, mask=inside)
     lse_rows = r0 + gl.arange(0, BR, layout=gl.SliceLayout(1, layout))
-    gl.store(lse_base + lse_rows, (m_i + gl.log2(l_i)) * LN2, mask=lse_rows < T)
+    gl.store(lse_base + lse_rows, gl.where(seen, (m_i + gl.log2(l_i)) * LN2, float("-inf")), mask=lse_rows < TQ)
 
 
 @gluon.jit
 def _group_1(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, turn, o_base, o32_base,
-             lse_base, T, m0, n_tiles, n_full, qk_scale, ROW: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
+             lse_base, TQ, TK, off, m0, n_tiles, n_full, qk_scale, ROW: gl.constexpr, BN: gl.constexpr,
+             D: gl.constexpr,
              NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
     """The worker partition's entry: `_group` for the second half of the rows."""
     _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, turn, o_base, o32_base,
-           lse_base, T, m0, n_tiles, n_full, qk_scale, 1, ROW, BN, D, NBUF, CAUSAL, KEEP_F32)
+           lse_base, TQ, TK, off, m0, n_tiles, n_full, qk_scale, 1, ROW, BN, D, NBUF, CAUSAL, KEEP_F32)
 
 
 @gluon.jit
-def flash_fwd_pingpong_kernel(q, k, v, T, scale, o, lse, o32, H: gl.constexpr, HKV: gl.constexpr,
+def flash_fwd_pingpong_kernel(q, k, v, TQ, TK, scale, o, lse, o32, H: gl.constexpr, HKV: gl.constexpr,
                               D: gl.constexpr, BN: gl.constexpr, NBUF: gl.constexpr, REGS: gl.constexpr,
                               CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
     """o (and its float32 copy o32 when KEEP_F32), lse of one 128-row block of one (batch, head); grid
-    (cdiv(T, 128), B·H), num_warps 4 (the first group; the second group and the loading warp are workers).
+    (cdiv(TQ, 128), B·H), num_warps 4 (the first group; the second group and the loading warp are workers).
     Causal blocks run in reverse order, the longest first."""
     dtype: gl.constexpr = q.dtype.element_ty
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BR, D], dtype)
@@ -151,17 +156,19 @@ def flash_fwd_pingpong_kernel(q, k, v, T, scale, o, lse, o32, H: gl.constexpr, H
     i_b = i_bh // H
     i_h = i_bh % H
     i_hk = i_h // (H // HKV)
-    q_head = (i_b.to(gl.int64) * T * H + i_h) * D
-    kv_head = (i_b.to(gl.int64) * T * HKV + i_hk) * D
-    q_desc = tma.make_tensor_descriptor(q + q_head, [T, D], [H * D, 1], [BR, D], q_layout)
-    k_desc = tma.make_tensor_descriptor(k + kv_head, [T, D], [HKV * D, 1], [BN, D], kv_layout)
-    v_desc = tma.make_tensor_descriptor(v + kv_head, [T, D], [HKV * D, 1], [BN, D], kv_layout)
+    q_head = (i_b.to(gl.int64) * TQ * H + i_h) * D
+    kv_head = (i_b.to(gl.int64) * TK * HKV + i_hk) * D
+    q_desc = tma.make_tensor_descriptor(q + q_head, [TQ, D], [H * D, 1], [BR, D], q_layout)
+    k_desc = tma.make_tensor_descriptor(k + kv_head, [TK, D], [HKV * D, 1], [BN, D], kv_layout)
+    v_desc = tma.make_tensor_descriptor(v + kv_head, [TK, D], [HKV * D, 1], [BN, D], kv_layout)
     m0 = i_m * (2 * BR)
-    n_tiles = gl.cdiv(T, BN)
-    n_full = T // BN  # tiles with no key past T
+    off = TK - TQ  # (fa.1) causal aligned bottom-right: row i sees keys j ≤ i + off
+    n_tiles = gl.cdiv(TK, BN)
+    n_full = TK // BN  # tiles with no key past TK
     if CAUSAL:
-        n_tiles = gl.cdiv(gl.minimum(m0 + 2 * BR, T), BN)
-        n_full = gl.minimum(m0 // BN, n_full)  # and no key past the block's first row
+        n_tiles = gl.cdiv(gl.maximum(gl.minimum(m0 + 2 * BR + off, TK), 0), BN)
+        n_full = gl.minimum(gl.maximum(m0 + off, 0) // BN, n_full)  # and none past the block's first row's reach
+    n_tiles = gl.maximum(n_tiles, 1)  # a block that sees no key still runs one tile, all of it masked
 
     q_smem = gl.allocate_shared_memory(dtype, [2, BR, D], q_layout)
     k_bufs = gl.allocate_shared_memory(dtype, [NBUF, BN, D], kv_layout)
@@ -183,15 +190,15 @@ def flash_fwd_pingpong_kernel(q, k, v, T, scale, o, lse, o32, H: gl.constexpr, H
 
     o_base = o + q_head
     o32_base = o32 + q_head
-    lse_base = lse + i_bh.to(gl.int64) * T
+    lse_base = lse + i_bh.to(gl.int64) * TQ
     qk_scale = scale * LOG2E
     gl.warp_specialize([
         (_group, (q_desc, q_smem.index(0), q_bar.index(0), k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, turn,
-                  o_base, o32_base, lse_base, T, m0, n_tiles, n_full, qk_scale, 0, H * D, BN, D, NBUF, CAUSAL,
-                  KEEP_F32)),
+                  o_base, o32_base, lse_base, TQ, TK, off, m0, n_tiles, n_full, qk_scale, 0, H * D, BN, D, NBUF,
+                  CAUSAL, KEEP_F32)),
         (_group_1, (q_desc, q_smem.index(1), q_bar.index(1), k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                    turn, o_base, o32_base, lse_base, T, m0, n_tiles, n_full, qk_scale, H * D, BN, D, NBUF, CAUSAL,
-                    KEEP_F32)),
+                    turn, o_base, o32_base, lse_base, TQ, TK, off, m0, n_tiles, n_full, qk_scale, H * D, BN, D,
+                    NBUF, CAUSAL, KEEP_F32)),
         (_load_kv, (k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, n_tiles, BN, NBUF)),
     ], [4, 1], [REGS, 24])
 
