@@ -19,7 +19,7 @@ import workbench  # noqa: F401  (first)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from workbench import verify  # noqa: E402
+from workbench import compiler, verify  # noqa: E402
 from workbench.chunk_gla import Tuning as GlaTuning  # noqa: E402
 from workbench.flash_attention import Tuning as FlashTuning  # noqa: E402
 from workbench.kda import Tuning as KdaTuning  # noqa: E402
@@ -40,6 +40,14 @@ GLA = ("q", "k", "v", "g", "gk", "gv", "initial_state")
 KDA = ("q", "k", "v", "g", "beta", "initial_state")
 
 
+def _gluon_runs() -> bool:
+    """Whether flash attention's Gluon forward can run here: compiled kernels on a Hopper GPU, a Triton that
+    compiles Gluon."""
+    device = jax.devices()[0]
+    return (device.platform == "gpu" and getattr(device, "compute_capability", "") == "9.0"
+            and compiler.compiles_gluon())
+
+
 def paths(dtype):
     """(name, thunk) for every path."""
     gla = verify.gated_case_inputs(verify.RECURRENT_CASES[0], dtype)
@@ -53,7 +61,8 @@ def paths(dtype):
     kda = verify.kda_case_inputs(case, dtype)
     yield "recurrent_kda", lambda: _fwd_bwd(workbench.recurrent_kda, kda, KDA)
     for tuning in (KdaTuning(segments=1), KdaTuning(segments=3), KdaTuning(fused_backward=False),
-                   KdaTuning(whole_chunk=False)):
+                   KdaTuning(whole_chunk=False), KdaTuning(residuals="recompute"),
+                   KdaTuning(residuals="recompute", segments=3)):
         yield f"chunk_kda {tuning}", lambda t=tuning: _fwd_bwd(workbench.chunk_kda, kda, KDA,
                                                                 chunk_size=case.params["chunk_size"], tuning=t)
     for case in verify.FLASH_CASES[:2]:
@@ -66,6 +75,14 @@ def paths(dtype):
         for tuning in tunings:
             yield f"flash_attention {case.name} {tuning}", lambda i=inputs, o=options, t=tuning: _fwd_bwd(
                 workbench.flash_attention, i, ("q", "k", "v", "sinks", "bias"), tuning=t, **o)
+    if dtype == jnp.bfloat16 and _gluon_runs():  # the Hopper forward (bf16/f16 only): Tq = Tk, Tq < Tk, Tq > Tk, GQA
+        for (Tq, Tk, H, Hkv, D) in ((100, 100, 4, 2, 128), (40, 200, 2, 2, 64), (200, 40, 2, 1, 128)):
+            att = {n: jax.random.normal(jax.random.key(i), (1, Tq if n == "q" else Tk, H if n == "q" else Hkv, D),
+                                        dtype) for i, n in enumerate("qkv")}
+            for causal in (True, False):
+                yield (f"flash_attention gluon Tq={Tq} Tk={Tk} H={H}/{Hkv} D={D} causal={causal}",
+                       lambda a=att, c=causal: _fwd_bwd(workbench.flash_attention, a, ("q", "k", "v"), causal=c,
+                                                        return_lse=True, tuning=FlashTuning(forward="gluon")))
     mesh = jax.make_mesh((1,), ("sp",))
     qkv = {n: jax.random.normal(jax.random.key(i), (1, 32, 4 if n == "q" else 2, 32), dtype)
            for i, n in enumerate("qkv")}
