@@ -128,7 +128,8 @@ _SASS_COUNTS = ("HGMMA", "HMMA", "LDL", "STL", "MUFU.EX2", "BAR")
 def _resources(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Compile to a cubin and read what the compiler made of it with the cuobjdump and nvdisasm that come
     with Triton: registers per thread, stack bytes (spills), shared memory, and counts of a few SASS
-    instructions (HGMMA: Hopper's warpgroup MMA; LDL/STL: local-memory spill traffic)."""
+    instructions (HGMMA: Hopper's warpgroup MMA; LDL/STL: local-memory spill traffic), and the ids of the named
+    barriers its BAR instructions use."""
     import re
     import subprocess
     import tempfile
@@ -146,8 +147,9 @@ def _resources(spec: Mapping[str, Any]) -> dict[str, Any]:
                               capture_output=True, text=True, check=True).stdout
     field = lambda name: int(re.search(rf"{name}:(\d+)", usage).group(1))  # noqa: E731
     ops = re.findall(r"\b(" + "|".join(re.escape(op) for op in _SASS_COUNTS) + r")\b", sass)
+    barriers = sorted({int(b, 0) for b in re.findall(r"\bBAR\.(?:SYNC|ARV|RED)[.\w]*\s+(0x[0-9a-f]+|\d+)", sass)})
     return {"registers": field("REG"), "stack": field("STACK"), "shared": compiled.shared,
-            **{op: ops.count(op) for op in _SASS_COUNTS}}
+            **{op: ops.count(op) for op in _SASS_COUNTS}, "named_barriers": barriers}
 
 
 def _child(path: str, last: str) -> int:

@@ -8,13 +8,22 @@ bottom-right: row i sees keys j ≤ i + TK − TQ; a row that sees none has o = 
   - a loading warp fills a ring of NBUF K and V tiles through tensor descriptors (TMA, made on the device; rows
     past T read as 0);
   - two warp groups of 4 warps each own 64 of the rows (group 0 the first half, group 1 the second) and take
-    turns (mbarriers `turn`): one group issues its matrix products while the other runs its softmax, so the
-    tensor cores are fed while a group's exponentials run (ping-pong);
+    turns (named barriers `TURNS`): one group issues its matrix products while the other runs its
+    softmax, so the tensor cores are fed while a group's exponentials run (ping-pong);
   - inside a group the next tile's q kᵀ and this tile's P V are both in flight before the softmax of the tile
     just scored (`warpgroup_mma(..., is_async=True)`, waited on one at a time).
 
 Registers move from the loading warp (24 per thread) to the groups (`REGS`, `setmaxnreg` under the hood), so
-that a group's 64×128 float32 accumulator and its 64×BN scores fit without spilling. Masks beyond causal (window,
+that a group's 64×128 float32 accumulator and its 64×BN scores fit without spilling.
+
+Two signals are written in PTX (`gl.inline_asm`) because Gluon's `mbarrier.arrive` has one thread arrive after
+a barrier of its whole partition, which the compiler puts before every arrive (three per tile per group): the
+turns (`bar.sync` / `bar.arrive` on named barriers, as FlashAttention-3 does) and the release of a K or V slot
+(one lane per warp arrives, `elect.sync`, once the warp's wait for the product that read the slot returned; a
+warp group's product completes as one, so any warp's wait covers the group's). Causal, o is stored through a
+layout whose lanes write whole 16-byte pieces of a row (the products' layout writes half-sectors); that also
+leaves the causal kernel without spills (112 stack bytes before), while the plain kernel spills 104 bytes with
+it (16 without), so the plain one keeps the products' layout (NOTES.md, "The Hopper forward"). Masks beyond causal (window,
 softcap, sinks, bias, segments, dropout, packed sequences) stay on `kernels.py` (the glue chooses).
 """
 
@@ -25,6 +34,32 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 BR = gl.constexpr(64)  # rows of one warp group; a program's block is 2·BR
 LN2 = gl.constexpr(0.6931471805599453)
 LOG2E = gl.constexpr(1.4426950408889634)
+TURNS = (14, 15)  # the named barriers of the turns (group 0 may issue, group 1 may); Triton's own use the low ids
+
+
+@gluon.jit
+def _turn_wait(WG: gl.constexpr):
+    """Wait until the other group let this one issue (256 threads: this group's 128 and the other's arrival)."""
+    if WG == 0:
+        gl.inline_asm("bar.sync 14, 256;")
+    else:
+        gl.inline_asm("bar.sync 15, 256;")
+
+
+@gluon.jit
+def _turn_pass(WG: gl.constexpr):
+    """Let the other group issue."""
+    if WG == 0:
+        gl.inline_asm("bar.arrive 15, 256;")
+    else:
+        gl.inline_asm("bar.arrive 14, 256;")
+
+
+@gluon.jit
+def _release(bar):
+    """One elected lane of each warp arrives on the mbarrier `bar` (its count: 4 warps × 2 groups)."""
+    gl.inline_asm("{\n.reg .pred p;\nelect.sync _|p, 0xffffffff;\n@p mbarrier.arrive.shared::cta.b64 _, [$0];\n}",
+                  "r", [bar])
 
 
 @gluon.jit
@@ -65,12 +100,12 @@ def _online_softmax(s, m_i, l_i, r0, j0, TK, off, qk_scale, layout: gl.constexpr
 
 
 @gluon.jit
-def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, turn, o_base, o32_base,
+def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o_base, o32_base,
            lse_base, TQ, TK, off, m0, n_tiles, n_full, qk_scale, WG: gl.constexpr, ROW: gl.constexpr, BN: gl.constexpr,
            D: gl.constexpr, NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
     """Rows [m0 + WG·BR, m0 + (WG+1)·BR) of the block: their q tile, the shared K, V ring, their o and lse.
-    A group issues products only in its turn; turns alternate 0, 1, 0, … (a fresh barrier passes a wait for
-    parity 1, so group 0 starts)."""
+    A group issues products only in its turn; turns alternate 0, 1, 0, …: group 1 passes the first turn to
+    group 0, and skips its own last pass, so that each named barrier sees as many arrivals as waits."""
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
@@ -83,61 +118,68 @@ def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_e
     l_i = gl.zeros([BR], gl.float32, layout=gl.SliceLayout(1, layout))
     acc = gl.zeros([BR, D], gl.float32, layout=o_layout)
     s_zero = gl.zeros([BR, BN], gl.float32, layout=layout)
-    mine = turn.index(WG)
-    other = turn.index(1 - WG)
 
+    if WG == 1:
+        _turn_pass(1)  # group 0 goes first
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(k_ready.index(0), 0)
-    mbarrier.wait(mine, WG ^ 1)
+    _turn_wait(WG)
     s = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    mbarrier.arrive(other, count=1)
+    _turn_pass(WG)
     s = warpgroup_mma_wait(0, deps=(s, ))
-    mbarrier.arrive(k_empty.index(0), count=1)
+    _release(k_empty.index(0))
     p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, r0, 0, TK, off, qk_scale, layout, BN, n_full == 0, CAUSAL)
     for j in range(1, n_tiles):
         i = j % NBUF
         i_prev = (j - 1) % NBUF
         mbarrier.wait(k_ready.index(i), (j // NBUF) & 1)
         mbarrier.wait(v_ready.index(i_prev), ((j - 1) // NBUF) & 1)
-        mbarrier.wait(mine, (j & 1) ^ WG ^ 1)
+        _turn_wait(WG)
         s = warpgroup_mma(q_smem, k_bufs.index(i).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_bufs.index(i_prev), acc, is_async=True)
-        mbarrier.arrive(other, count=1)
+        _turn_pass(WG)
         s = warpgroup_mma_wait(1, deps=(s, ))
-        mbarrier.arrive(k_empty.index(i), count=1)
+        _release(k_empty.index(i))
         p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, r0, j * BN, TK, off, qk_scale, layout, BN, j >= n_full,
                                              CAUSAL)
         acc = warpgroup_mma_wait(0, deps=(acc, ))
-        mbarrier.arrive(v_empty.index(i_prev), count=1)
+        _release(v_empty.index(i_prev))
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_layout), 1)
     i_last = (n_tiles - 1) % NBUF
     mbarrier.wait(v_ready.index(i_last), ((n_tiles - 1) // NBUF) & 1)
-    mbarrier.wait(mine, (n_tiles & 1) ^ WG ^ 1)
+    _turn_wait(WG)
     acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_bufs.index(i_last), acc, is_async=True)
-    mbarrier.arrive(other, count=1)
+    if WG == 0:  # group 1's last pass would meet no wait
+        _turn_pass(0)
     acc = warpgroup_mma_wait(0, deps=(acc, ))
-    mbarrier.arrive(v_empty.index(i_last), count=1)
+    _release(v_empty.index(i_last))
 
     seen = l_i > 0  # (fa.10) a row that saw no key: o = 0, lse = −∞
     acc = acc / gl.expand_dims(gl.convert_layout(gl.where(seen, l_i, 1.0), row_layout), 1)  # (fa.4)
     o_m = r0 + gl.arange(0, BR, layout=row_layout)
     o_d = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
-    inside = gl.expand_dims(o_m < TQ, 1) & gl.expand_dims(o_d < D, 0)
     offsets = gl.expand_dims(o_m.to(gl.int64) * ROW, 1) + gl.expand_dims(o_d, 0)
-    gl.store(o_base + offsets, acc.to(dtype), mask=inside)
-    if KEEP_F32:
-        gl.store(o32_base + offsets, acc, mask=inside)
+    if CAUSAL:  # whole 16-byte pieces a lane (the products' layout writes half-sectors); see the module's note
+        st_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (D // 8), D // 8], [4, 1], [1, 0])
+        s_m = r0 + gl.arange(0, BR, layout=gl.SliceLayout(1, st_layout))
+        s_d = gl.arange(0, D, layout=gl.SliceLayout(0, st_layout))
+        s_offsets = gl.expand_dims(s_m.to(gl.int64) * ROW, 1) + gl.expand_dims(s_d, 0)
+        gl.store(o_base + s_offsets, gl.convert_layout(acc.to(dtype), st_layout), mask=gl.expand_dims(s_m < TQ, 1))
+    else:
+        gl.store(o_base + offsets, acc.to(dtype), mask=gl.expand_dims(o_m < TQ, 1))
+    if KEEP_F32:  # float32: a lane's two neighbouring values and its quad's fill whole sectors
+        gl.store(o32_base + offsets, acc, mask=gl.expand_dims(o_m < TQ, 1))
     lse_rows = r0 + gl.arange(0, BR, layout=gl.SliceLayout(1, layout))
     gl.store(lse_base + lse_rows, gl.where(seen, (m_i + gl.log2(l_i)) * LN2, float("-inf")), mask=lse_rows < TQ)
 
 
 @gluon.jit
-def _group_1(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, turn, o_base, o32_base,
+def _group_1(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o_base, o32_base,
              lse_base, TQ, TK, off, m0, n_tiles, n_full, qk_scale, ROW: gl.constexpr, BN: gl.constexpr,
              D: gl.constexpr,
              NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
     """The worker partition's entry: `_group` for the second half of the rows."""
-    _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, turn, o_base, o32_base,
+    _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o_base, o32_base,
            lse_base, TQ, TK, off, m0, n_tiles, n_full, qk_scale, 1, ROW, BN, D, NBUF, CAUSAL, KEEP_F32)
 
 
@@ -174,30 +216,28 @@ def flash_fwd_pingpong_kernel(q, k, v, TQ, TK, scale, o, lse, o32, H: gl.constex
     k_bufs = gl.allocate_shared_memory(dtype, [NBUF, BN, D], kv_layout)
     v_bufs = gl.allocate_shared_memory(dtype, [NBUF, BN, D], kv_layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
     for g in gl.static_range(2):
         mbarrier.init(q_bar.index(g), count=1)
-        mbarrier.init(turn.index(g), count=1)
     for i in gl.static_range(NBUF):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)  # both groups read every tile
-        mbarrier.init(v_empty.index(i), count=2)
+        mbarrier.init(k_empty.index(i), count=8)  # every warp of both groups reads every tile
+        mbarrier.init(v_empty.index(i), count=8)
 
     o_base = o + q_head
     o32_base = o32 + q_head
     lse_base = lse + i_bh.to(gl.int64) * TQ
     qk_scale = scale * LOG2E
     gl.warp_specialize([
-        (_group, (q_desc, q_smem.index(0), q_bar.index(0), k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, turn,
+        (_group, (q_desc, q_smem.index(0), q_bar.index(0), k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
                   o_base, o32_base, lse_base, TQ, TK, off, m0, n_tiles, n_full, qk_scale, 0, H * D, BN, D, NBUF,
                   CAUSAL, KEEP_F32)),
         (_group_1, (q_desc, q_smem.index(1), q_bar.index(1), k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                    turn, o_base, o32_base, lse_base, TQ, TK, off, m0, n_tiles, n_full, qk_scale, H * D, BN, D,
+                    o_base, o32_base, lse_base, TQ, TK, off, m0, n_tiles, n_full, qk_scale, H * D, BN, D,
                     NBUF, CAUSAL, KEEP_F32)),
         (_load_kv, (k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, n_tiles, BN, NBUF)),
     ], [4, 1], [REGS, 24])
