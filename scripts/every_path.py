@@ -6,6 +6,7 @@ other kernels, the ring's block kernels on a one-device mesh. Meant to run under
 
 (the platform allocator gives each buffer its own allocation, so an access past a buffer is outside any).
 Prints one line per path (its wall time, and whether any output is non-finite); exits 1 if any path raised.
+`python scripts/every_path.py gluon` runs only the paths whose name holds "gluon".
 The inputs are `workbench verify`'s first case of each op, in bfloat16 and float32.
 """
 
@@ -92,9 +93,12 @@ def paths(dtype):
 
 
 def main() -> int:
+    only = sys.argv[1] if len(sys.argv) > 1 else ""  # run only the paths whose name holds this
     failed = 0
     for dtype in (jnp.bfloat16, jnp.float32):
         for name, run in paths(dtype):
+            if only not in name:
+                continue
             start = time.perf_counter()
             try:
                 out = run()
