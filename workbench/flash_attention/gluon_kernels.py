@@ -34,25 +34,26 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 BR = gl.constexpr(64)  # rows of one warp group; a program's block is 2·BR
 LN2 = gl.constexpr(0.6931471805599453)
 LOG2E = gl.constexpr(1.4426950408889634)
-TURNS = (14, 15)  # the named barriers of the turns (group 0 may issue, group 1 may); Triton's own use the low ids
+TURN0 = gl.constexpr(14)  # named barriers TURN0 (group 0 may issue) and TURN0 + 1 (group 1 may)
+TURNS = (TURN0.value, TURN0.value + 1)  # Triton's own partitions use the low ids (the compile test checks)
+
+
+@gluon.constexpr_function
+def _named_barrier(op, barrier):
+    """PTX of `bar.<op>` on a named barrier that both groups' 256 threads meet at."""
+    return f"bar.{op} {barrier}, 256;"
 
 
 @gluon.jit
 def _turn_wait(WG: gl.constexpr):
-    """Wait until the other group let this one issue (256 threads: this group's 128 and the other's arrival)."""
-    if WG == 0:
-        gl.inline_asm("bar.sync 14, 256;")
-    else:
-        gl.inline_asm("bar.sync 15, 256;")
+    """Wait until the other group let this one issue (its arrival and this group's wait make the 256)."""
+    gl.inline_asm(_named_barrier("sync", TURN0 + WG))
 
 
 @gluon.jit
 def _turn_pass(WG: gl.constexpr):
     """Let the other group issue."""
-    if WG == 0:
-        gl.inline_asm("bar.arrive 15, 256;")
-    else:
-        gl.inline_asm("bar.arrive 14, 256;")
+    gl.inline_asm(_named_barrier("arrive", TURN0 + 1 - WG))
 
 
 @gluon.jit
