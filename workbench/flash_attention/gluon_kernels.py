@@ -23,8 +23,9 @@ turns (`bar.sync` / `bar.arrive` on named barriers, as FlashAttention-3 does) an
 warp group's product completes as one, so any warp's wait covers the group's). Causal, o is stored through a
 layout whose lanes write whole 16-byte pieces of a row (the products' layout writes half-sectors); that also
 leaves the causal kernel without spills (112 stack bytes before), while the plain kernel spills 104 bytes with
-it (16 without), so the plain one keeps the products' layout (NOTES.md, "The Hopper forward"). Masks beyond causal (window,
-softcap, sinks, bias, segments, dropout, packed sequences) stay on `kernels.py` (the glue chooses).
+it (16 without), so the plain one keeps the products' layout (NOTES.md, "The Hopper forward"). Masks beyond
+causal (window, softcap, sinks, bias, segments, dropout, packed sequences) stay on `kernels.py` (the glue
+chooses).
 """
 
 from triton.experimental import gluon
