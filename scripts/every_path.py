@@ -20,9 +20,9 @@ import workbench  # noqa: F401  (first)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from workbench import compiler, verify  # noqa: E402
+from workbench import verify  # noqa: E402
 from workbench.chunk_gla import Tuning as GlaTuning  # noqa: E402
-from workbench.flash_attention import Tuning as FlashTuning  # noqa: E402
+from workbench.flash_attention import Tuning as FlashTuning, gluon_unavailable  # noqa: E402
 from workbench.kda import Tuning as KdaTuning  # noqa: E402
 
 
@@ -39,14 +39,6 @@ def _fwd_bwd(op, inputs, wrt, **static):
 
 GLA = ("q", "k", "v", "g", "gk", "gv", "initial_state")
 KDA = ("q", "k", "v", "g", "beta", "initial_state")
-
-
-def _gluon_runs() -> bool:
-    """Whether flash attention's Gluon forward can run here: compiled kernels on a Hopper GPU, a Triton that
-    compiles Gluon."""
-    device = jax.devices()[0]
-    return (device.platform == "gpu" and getattr(device, "compute_capability", "") == "9.0"
-            and compiler.compiles_gluon())
 
 
 def paths(dtype):
@@ -76,7 +68,7 @@ def paths(dtype):
         for tuning in tunings:
             yield f"flash_attention {case.name} {tuning}", lambda i=inputs, o=options, t=tuning: _fwd_bwd(
                 workbench.flash_attention, i, ("q", "k", "v", "sinks", "bias"), tuning=t, **o)
-    if dtype == jnp.bfloat16 and _gluon_runs():  # the Hopper forward (bf16/f16 only): Tq = Tk, Tq < Tk, Tq > Tk, GQA
+    if dtype == jnp.bfloat16 and gluon_unavailable() is None:  # the Hopper forward (bf16/f16 only): Tq = Tk, Tq < Tk, Tq > Tk, GQA
         for (Tq, Tk, H, Hkv, D) in ((100, 100, 4, 2, 128), (40, 200, 2, 2, 64), (200, 40, 2, 1, 128)):
             att = {n: jax.random.normal(jax.random.key(i), (1, Tq if n == "q" else Tk, H if n == "q" else Hkv, D),
                                         dtype) for i, n in enumerate("qkv")}

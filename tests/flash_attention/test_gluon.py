@@ -9,10 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import triton
 
 from tests.helpers import raises
 from workbench import compile_check, compiler, launch, testing
-from workbench.flash_attention import Tuning, gluon_kernels
+from workbench.flash_attention import Tuning, gluon_kernels, gluon_unavailable
 
 NEW_TRITON = compiler.compiles_gluon()
 GLUON = Tuning(forward="gluon")
@@ -66,6 +67,13 @@ def test_the_interpreter_refuses_it_by_name():
     else:
         with raises("Tuning.forward='gluon'", "Gluon kernels need 3.9 or later"):
             workbench.flash_attention(**_inputs(), causal=True, tuning=GLUON)
+
+
+def test_this_machine_says_why_it_cannot_run_the_gluon_kernels():
+    """`gluon_unavailable()` without a GPU: the interpreter (or, before Triton 3.9, the version)."""
+    reason = gluon_unavailable()
+    assert reason == ("Triton's interpreter (Gluon kernels run only compiled, on a GPU)" if NEW_TRITON
+                      else f"Triton {triton.__version__} (Gluon kernels need 3.9 or later)"), reason
 
 
 def test_the_default_is_the_triton_forward_here():

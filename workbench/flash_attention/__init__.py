@@ -28,7 +28,7 @@ from ._validate import Static, validate
 from .dropout import dropout_keep_mask, dropout_seeds, dropout_threshold, keep_from_seeds
 from .reference import attention_ref
 
-__all__ = ["flash_attention", "dropout_keep_mask", "Tuning"]
+__all__ = ["flash_attention", "dropout_keep_mask", "gluon_unavailable", "Tuning"]
 
 LOG2E = 1.4426950408889634
 
@@ -224,11 +224,29 @@ def _forward_loads(q, tuning: Tuning) -> str:
     return tuning.forward_loads
 
 
+def _triton_misfit() -> str | None:
+    return None if compiler.compiles_gluon() else f"Triton {triton.__version__} (Gluon kernels need 3.9 or later)"
+
+
+def _gpu_misfit() -> str | None:
+    from ..gpu_call import capability  # only where kernels run compiled
+
+    cc = capability()
+    return None if cc == 90 else f"a GPU of compute capability {cc} (its matrix products are Hopper's, 9.0)"
+
+
+def gluon_unavailable() -> str | None:
+    """Why this machine cannot run the Gluon kernels (None: it can): the Triton version, the interpreter, the GPU."""
+    if INTERPRET:
+        return _triton_misfit() or "Triton's interpreter (Gluon kernels run only compiled, on a GPU)"
+    return _triton_misfit() or _gpu_misfit()
+
+
 def _gluon_misfit(q, k, sinks, bias, q_seg, seeds, static: _Static) -> str | None:
     """What keeps the Gluon forward from this call (None: nothing), said for a ValueError."""
     spec = static.spec
-    if not compiler.compiles_gluon():
-        return f"Triton {triton.__version__} (Gluon kernels need 3.9 or later)"
+    if (misfit := _triton_misfit()) is not None:
+        return misfit
     others = [name for name, present in (
         ("cu_seqlens", static.varlen), ("sliding_window", spec.window is not None),
         ("softcap", spec.softcap is not None), ("sinks", sinks is not None), ("bias", bias is not None),
@@ -239,12 +257,7 @@ def _gluon_misfit(q, k, sinks, bias, q_seg, seeds, static: _Static) -> str | Non
         return f"dtype {q.dtype.name} (it computes bfloat16 and float16)"
     if q.shape[-1] not in (64, 128):
         return f"D = {q.shape[-1]} (it computes 64 and 128)"
-    if not INTERPRET:
-        from ..gpu_call import capability  # only where kernels run compiled
-
-        if (cc := capability()) != 90:
-            return f"a GPU of compute capability {cc} (its matrix products are Hopper's, 9.0)"
-    return None
+    return None if INTERPRET else _gpu_misfit()
 
 
 # With a backward to follow (the float32 copy of o written too) the Gluon forward was slower in forward+backward
