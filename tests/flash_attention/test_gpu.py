@@ -125,6 +125,21 @@ GLUON_CASES = {
 }
 
 
+# what the Gluon backward computes: Tq = Tk (GLUON_CASES' names)
+GLUON_BACKWARD_CASES = ["causal-D128-GQA-T1000", "non-causal-D128-T4096", "causal-D64-MQA-T2048-f16",
+                        "non-causal-D64-T777-f16", "causal-D128-T5"]
+
+
+@pytest.mark.parametrize("case", GLUON_BACKWARD_CASES)
+def test_compiled_gluon_backward_within_budget(case):
+    """`Tuning(backward="gluon")` (gluon_backward.py, after the Gluon forward): dq, dk, dv against the reference
+    and the float64 oracle, under random cotangents for o and lse; grouped heads, T not a multiple of the tiles,
+    a T shorter than one tile, both dtypes and both D."""
+    (B, Tq, Tk, H, Hkv, D), dtype, causal = GLUON_CASES[case]
+    inputs = testing.attention_inputs(14, B, Tq, Tk, H, Hkv, D, dtype=dtype)
+    _three_way(inputs, 15, causal=causal, tuning=Tuning(forward="gluon", backward="gluon"))
+
+
 @pytest.mark.parametrize("case", GLUON_CASES.values(), ids=GLUON_CASES.keys())
 def test_compiled_gluon_forward_within_budget(case):
     """`Tuning(forward="gluon")`: the Hopper forward (gluon_kernels.py), its o, lse and the gradients the Triton

@@ -213,6 +213,7 @@ FLASH_ATTENTION = OpBench(
            Peer("ejkernel.flash_attention[triton,heuristic_cfg_gpu]", "ejkernel", ejkernel_flash_attention(True),
                 runtime="jax", interpretable=True)),
     variants={"triton forward": {"tuning": _FlashTuning(forward="triton")}, "dq pass": {"tuning": _FlashTuning(dq="pass")},
+              "gluon backward": {"tuning": _FlashTuning(backward="gluon")},
               "pointer loads": {"tuning": _FlashTuning(forward_loads="pointers")}},
     max_T={name: (8192, "dense attention: its forward+backward holds several B·H·T² float32 arrays (XLA's memory "
                         "analysis at B=1 H=16: 16-20 GiB at 8k, 64-80 GiB at 16k)")

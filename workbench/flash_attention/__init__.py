@@ -23,7 +23,7 @@ from .. import _checks, compiler
 from .._bounds import inside_rows, keep_inside, packed_bounds
 from .._sharding import Dims, explicitly_sharded, per_device, summed_like
 from ..launch import INTERPRET, absent, triton_call
-from . import gluon_kernels, kernels
+from . import gluon_backward, gluon_kernels, kernels
 from ._validate import Static, validate
 from .dropout import dropout_keep_mask, dropout_seeds, dropout_threshold, keep_from_seeds
 from .reference import attention_ref
@@ -38,7 +38,9 @@ class Tuning:
     """Static choices of the Triton path that do not change the result.
 
     backward: "triton" runs the backward kernels; "reference" runs `jax.vjp` of the reference
-        instead (on the same dropout mask), so the forward kernel can be tested alone.
+        instead (on the same dropout mask), so the forward kernel can be tested alone; "gluon" runs the
+        Hopper backward of `gluon_backward.py` (Triton 3.9 or later, compute capability 9.0, compiled only) for
+        what the Gluon forward computes with Tq = Tk; another call is a ValueError that says what it lacks.
     split_rows: the forward's row blocks in two halves that share each K, V tile (True) or whole
         (False); None means whole blocks (kernels.py, FWD_BANDED_CONFIGS, has the measurements).
     dq: how the backward forms dQ. "atomic": the dK/dV pass adds each tile's dS K into float32 rows
@@ -60,15 +62,18 @@ class Tuning:
         "gluon", a ValueError).
     """
 
-    backward: Literal["triton", "reference"] = "triton"
+    backward: Literal["triton", "reference", "gluon"] = "triton"
     split_rows: bool | None = None
     dq: Literal["atomic", "pass"] | None = None
     forward_loads: Literal["pointers", "tma"] | None = None
     forward: Literal["triton", "gluon"] | None = None
 
     def __post_init__(self):
-        if self.backward not in ("triton", "reference"):
-            raise ValueError(f"Tuning.backward: expected 'triton' or 'reference', got {self.backward!r}")
+        if self.backward not in ("triton", "reference", "gluon"):
+            raise ValueError(f"Tuning.backward: expected 'triton', 'reference' or 'gluon', got {self.backward!r}")
+        if self.backward == "gluon" and self.dq is not None:
+            raise ValueError(f"Tuning.backward='gluon': dq ({self.dq!r}) chooses between the Triton backward's ways "
+                             f"of forming dQ; leave it None")
         if self.split_rows not in (None, True, False):
             raise ValueError(f"Tuning.split_rows: expected None, True or False, got {self.split_rows!r}")
         if self.dq not in (None, "atomic", "pass"):
@@ -334,6 +339,28 @@ def _dsinks(sinks, lse, delta):
     return -(p_sink * delta).sum((0, 2)).astype(sinks.dtype)
 
 
+def _backward_gluon(q, k, v, sinks, bias, q_seg, seeds, do, lse2, delta, static: _Static, grad_dtype):
+    """dq, dk, dv by the Gluon kernel, once `_gluon_misfit` and Tq = Tk allow it (else a ValueError)."""
+    B, T, H, D = q.shape
+    misfit = _gluon_misfit(q, k, sinks, bias, q_seg, seeds, static)
+    if misfit is None and k.shape[1] != T:
+        misfit = f"Tq = {T} and Tk = {k.shape[1]} (it computes Tq = Tk)"
+    if misfit is not None:
+        raise ValueError(f"Tuning.backward='gluon': the Gluon backward computes plain or causal attention with "
+                         f"Tq = Tk, D 64 or 128, bfloat16 or float16, on Hopper; this call has {misfit} "
+                         f"(q shape {tuple(q.shape)} {q.dtype.name}, k shape {tuple(k.shape)})")
+    config = dict(gluon_backward.CONFIG)
+    dk, dv, dq = triton_call(
+        q, k, v, do.astype(q.dtype), lse2, delta, T, B * T, static.spec.scale,
+        kernel=gluon_backward.flash_bwd_pingpong_kernel,
+        out_shape=[jax.ShapeDtypeStruct(k.shape, grad_dtype or k.dtype)] * 2 + [jax.ShapeDtypeStruct(q.shape, jnp.float32)],
+        grid=(triton.cdiv(T, gluon_backward.BLOCK_N), B * k.shape[2]), zeroed_outputs=(2,),
+        name="workbench_flash_bwd_gluon", num_warps=config.pop("num_warps"), maxnreg=config.pop("maxnreg"), H=H,
+        HKV=k.shape[2], D=D, CAUSAL=static.spec.causal, **config,
+    )
+    return (dq * static.spec.scale).astype(grad_dtype or q.dtype), dk, dv  # (fa.5) dQ = scale · dS K
+
+
 def _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse, do, dlse, static: _Static,
               grad_dtype=None):
     """(fa.5–fa.10) Gradients of q, k, v, sinks, bias; `o` is the forward's float32 output.
@@ -347,6 +374,8 @@ def _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse, do
     # cotangent shifts it: Delta − dlse
     delta = jnp.einsum("bthd,bthd->bht", o, do.astype(f32), precision=jax.lax.Precision.HIGHEST) - dlse.astype(f32)
     lse2 = jnp.where(lse == -jnp.inf, jnp.inf, lse * LOG2E)  # (fa.10) a row that saw nothing: P = 0
+    if static.tuning.backward == "gluon":
+        return (*_backward_gluon(q, k, v, sinks, bias, q_seg, seeds, do, lse2, delta, static, grad_dtype), None, None)
     arrays, scalars, meta = _launch_args(q, k, sinks, bias, q_seg, kv_seg, seeds, static)
     tensors = (_packed(q), _packed(k), _packed(v), _packed(do.astype(q.dtype)), lse2, delta, cu_q, cu_k,
                arrays["bias"], arrays["q_seg"], arrays["kv_seg"], arrays["seeds"])

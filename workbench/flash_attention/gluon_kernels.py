@@ -40,25 +40,25 @@ TURNS = (TURN0.value, TURN0.value + 1)  # Triton's own partitions use the low id
 
 
 @gluon.constexpr_function
-def _named_barrier(op, barrier):
+def named_barrier(op, barrier):
     """PTX of `bar.<op>` on a named barrier that both groups' 256 threads meet at."""
     return f"bar.{op} {barrier}, 256;"
 
 
 @gluon.jit
-def _turn_wait(WG: gl.constexpr):
+def turn_wait(WG: gl.constexpr):
     """Wait until the other group let this one issue (its arrival and this group's wait make the 256)."""
-    gl.inline_asm(_named_barrier("sync", TURN0 + WG))
+    gl.inline_asm(named_barrier("sync", TURN0 + WG))
 
 
 @gluon.jit
-def _turn_pass(WG: gl.constexpr):
+def turn_pass(WG: gl.constexpr):
     """Let the other group issue."""
-    gl.inline_asm(_named_barrier("arrive", TURN0 + 1 - WG))
+    gl.inline_asm(named_barrier("arrive", TURN0 + 1 - WG))
 
 
 @gluon.jit
-def _release(bar):
+def release_slot(bar):
     """One elected lane of each warp arrives on the mbarrier `bar` (its count: 4 warps × 2 groups)."""
     gl.inline_asm("{\n.reg .pred p;\nelect.sync _|p, 0xffffffff;\n@p mbarrier.arrive.shared::cta.b64 _, [$0];\n}",
                   "r", [bar])
@@ -122,39 +122,39 @@ def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_e
     s_zero = gl.zeros([BR, BN], gl.float32, layout=layout)
 
     if WG == 1:
-        _turn_pass(1)  # group 0 goes first
+        turn_pass(1)  # group 0 goes first
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(k_ready.index(0), 0)
-    _turn_wait(WG)
+    turn_wait(WG)
     s = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    _turn_pass(WG)
+    turn_pass(WG)
     s = warpgroup_mma_wait(0, deps=(s, ))
-    _release(k_empty.index(0))
+    release_slot(k_empty.index(0))
     p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, r0, 0, TK, off, qk_scale, layout, BN, n_full == 0, CAUSAL)
     for j in range(1, n_tiles):
         i = j % NBUF
         i_prev = (j - 1) % NBUF
         mbarrier.wait(k_ready.index(i), (j // NBUF) & 1)
         mbarrier.wait(v_ready.index(i_prev), ((j - 1) // NBUF) & 1)
-        _turn_wait(WG)
+        turn_wait(WG)
         s = warpgroup_mma(q_smem, k_bufs.index(i).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_bufs.index(i_prev), acc, is_async=True)
-        _turn_pass(WG)
+        turn_pass(WG)
         s = warpgroup_mma_wait(1, deps=(s, ))
-        _release(k_empty.index(i))
+        release_slot(k_empty.index(i))
         p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, r0, j * BN, TK, off, qk_scale, layout, BN, j >= n_full,
                                              CAUSAL)
         acc = warpgroup_mma_wait(0, deps=(acc, ))
-        _release(v_empty.index(i_prev))
+        release_slot(v_empty.index(i_prev))
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_layout), 1)
     i_last = (n_tiles - 1) % NBUF
     mbarrier.wait(v_ready.index(i_last), ((n_tiles - 1) // NBUF) & 1)
-    _turn_wait(WG)
+    turn_wait(WG)
     acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_bufs.index(i_last), acc, is_async=True)
     if WG == 0:  # group 1's last pass would meet no wait
-        _turn_pass(0)
+        turn_pass(0)
     acc = warpgroup_mma_wait(0, deps=(acc, ))
-    _release(v_empty.index(i_last))
+    release_slot(v_empty.index(i_last))
 
     seen = l_i > 0  # (fa.10) a row that saw no key: o = 0, lse = −∞
     acc = acc / gl.expand_dims(gl.convert_layout(gl.where(seen, l_i, 1.0), row_layout), 1)  # (fa.4)

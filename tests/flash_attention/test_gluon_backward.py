@@ -1,0 +1,100 @@
+"""The Hopper backward in Gluon (`Tuning(backward="gluon")`, `gluon_backward.py`) where no GPU is: which calls
+it refuses and what the ValueError says, the interpreter's refusal, and its launches, as the op makes them
+under `jax.vjp`, compiled for sm_90 (Triton 3.9 or later). Its gradients against the float64 oracle are checked
+on a GPU (test_gpu.py)."""
+
+import workbench  # noqa: F401  (first: decides compiled vs interpreted Triton)
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from tests.helpers import raises
+from workbench import compile_check, compiler, launch, testing
+from workbench.flash_attention import Tuning, gluon_backward, gluon_kernels
+
+NEW_TRITON = compiler.compiles_gluon()
+GLUON_BWD = Tuning(backward="gluon")
+
+
+def _grad(x, **options):
+    """dq of the op's sum under the Gluon backward (traced: the refusals come while its VJP is formed)."""
+    f = lambda q: workbench.flash_attention(q, x["k"], x["v"], **options, tuning=GLUON_BWD).astype(jnp.float32).sum()  # noqa: E731
+    return jax.grad(f)(x["q"])
+
+
+def test_tuning_backward_names_a_kernel_and_leaves_dq_to_it():
+    with raises("Tuning.backward", "'cuda'"):
+        Tuning(backward="cuda")
+    with raises("Tuning.backward='gluon'", "dq ('atomic')", "leave it None"):
+        Tuning(backward="gluon", dq="atomic")
+
+
+# what the call has that the kernel does not compute: (Tq, Tk, D, dtype, options, words the message must show)
+MISFITS = {
+    "Tq < Tk": (40, 64, 64, jnp.bfloat16, dict(causal=True), "Tq = 40 and Tk = 64"),
+    "float32": (40, 40, 64, jnp.float32, {}, "float32"),
+    "D 96": (40, 40, 96, jnp.bfloat16, {}, "D = 96"),
+    "window": (40, 40, 64, jnp.bfloat16, dict(causal=True, sliding_window=8), "sliding_window"),
+    "softcap": (40, 40, 64, jnp.bfloat16, dict(softcap=20.0), "softcap"),
+}
+
+
+@pytest.mark.parametrize("case", MISFITS.values(), ids=MISFITS.keys())
+def test_a_call_it_does_not_compute_is_a_value_error_naming_what(case):
+    Tq, Tk, D, dtype, options, words = case
+    x = testing.attention_inputs(0, 1, Tq, Tk, 2, 1, D, dtype=dtype)
+    expected = words if NEW_TRITON else "Gluon kernels need 3.9 or later"
+    with raises("Tuning.backward='gluon'", expected, "q shape (1,"):
+        _grad(x, **options)
+
+
+def test_the_interpreter_refuses_it_by_name():
+    """A call it computes, on a machine without a GPU: the launcher's ValueError (or, before Triton 3.9, the
+    glue's, naming the version)."""
+    x = testing.attention_inputs(0, 1, 40, 40, 2, 1, 64, dtype=jnp.bfloat16)
+    if NEW_TRITON:
+        with raises("kernel", "flash_bwd_pingpong_kernel is a Gluon kernel, which runs only compiled"):
+            _grad(x, causal=True)
+    else:
+        with raises("Tuning.backward='gluon'", "Gluon kernels need 3.9 or later"):
+            _grad(x, causal=True)
+
+
+def _recorded(x, **options):
+    """The compile specs of the op's Gluon backward launch, traced abstractly (the interpreter's refusal comes
+    after the launch is recorded)."""
+    with compile_check.record() as specs:
+        with pytest.raises(ValueError, match="is a Gluon kernel"):
+            jax.eval_shape(lambda q: _grad(dict(x, q=q), **options), x["q"])
+    return [s for s in specs if s["kernel"] == "flash_bwd_pingpong_kernel"]
+
+
+@pytest.mark.skipif(not launch.INTERPRET, reason="on a GPU the kernel compiles as it runs (test_gpu.py)")
+@pytest.mark.skipif(not NEW_TRITON, reason="Gluon kernels compile with Triton 3.9 or later (the refusal is tested "
+                                           "above)")
+@pytest.mark.parametrize("D,dtype,causal,H,Hkv,T", [(128, jnp.bfloat16, True, 16, 16, 1000),
+                                                    (128, jnp.float16, False, 8, 2, 1000),
+                                                    (64, jnp.bfloat16, True, 4, 1, 777),
+                                                    (64, jnp.float16, False, 4, 4, 1300)])
+def test_its_launch_compiles_for_hopper_within_registers_and_shared_memory(D, dtype, causal, H, Hkv, T):
+    """The launch compiles for sm_90: Hopper's wgmma, under the register cap the launch asks, within a block's
+    shared memory, spilling at most 8 bytes (lse and δ come through shared memory: NOTES.md, "The Hopper
+    backward"); its named barriers are dS's (13) and the turns' (`gluon_kernels.TURNS`), every other BAR of the
+    cubin (Triton's partitions) uses a lower id."""
+    x = testing.attention_inputs(0, 2, T, T, H, Hkv, D, dtype=dtype)
+    specs = _recorded(x, causal=causal)
+    assert len(specs) == 1, specs
+    assert specs[0]["constexprs"]["CAUSAL"] == causal and specs[0]["constexprs"]["HKV"] == Hkv, specs
+    result = compile_check.compile_all(specs, last="resources")
+    assert not result["failed"], "\n".join(compile_check.describe(f) for f in result["failed"])
+    (row,) = result["resources"]
+    usage = row["resources"]
+    assert row["spec"]["maxnreg"] == gluon_backward.CONFIG["maxnreg"]
+    assert usage["HGMMA"] > 0 and usage["HMMA"] == 0, usage
+    assert usage["registers"] <= gluon_backward.CONFIG["maxnreg"], usage
+    assert usage["shared"] <= compile_check.SHARED_LIMIT, usage
+    assert usage["stack"] <= 8, usage
+    ours = {gluon_backward.DS_BARRIER.value, *gluon_kernels.TURNS}
+    assert ours <= set(usage["named_barriers"]), usage
+    assert max(set(usage["named_barriers"]) - ours) < min(ours), usage
