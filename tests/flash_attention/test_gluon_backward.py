@@ -19,7 +19,9 @@ GLUON_BWD = Tuning(backward="gluon")
 
 def _grad(x, **options):
     """dq of the op's sum under the Gluon backward (traced: the refusals come while its VJP is formed)."""
-    f = lambda q: workbench.flash_attention(q, x["k"], x["v"], **options, tuning=GLUON_BWD).astype(jnp.float32).sum()  # noqa: E731
+    def f(q):
+        return workbench.flash_attention(q, x["k"], x["v"], **options, tuning=GLUON_BWD).astype(jnp.float32).sum()
+
     return jax.grad(f)(x["q"])
 
 

@@ -353,7 +353,8 @@ def _backward_gluon(q, k, v, sinks, bias, q_seg, seeds, do, lse2, delta, static:
     dk, dv, dq = triton_call(
         q, k, v, do.astype(q.dtype), lse2, delta, T, B * T, static.spec.scale,
         kernel=gluon_backward.flash_bwd_pingpong_kernel,
-        out_shape=[jax.ShapeDtypeStruct(k.shape, grad_dtype or k.dtype)] * 2 + [jax.ShapeDtypeStruct(q.shape, jnp.float32)],
+        out_shape=[jax.ShapeDtypeStruct(k.shape, grad_dtype or k.dtype)] * 2
+        + [jax.ShapeDtypeStruct(q.shape, jnp.float32)],
         grid=(triton.cdiv(T, gluon_backward.BLOCK_N), B * k.shape[2]), zeroed_outputs=(2,),
         name="workbench_flash_bwd_gluon", num_warps=config.pop("num_warps"), maxnreg=config.pop("maxnreg"), H=H,
         HKV=k.shape[2], D=D, CAUSAL=static.spec.causal, **config,
