@@ -197,6 +197,27 @@ def test_no_variants_times_the_triton_path_alone(tmp_path, monkeypatch, no_fla, 
         bench.run("recurrent", "tiny", iters=1, implementations=("triton",), variants=["twice"])
 
 
+def test_a_variant_this_machine_cannot_run_is_skipped_with_its_reason(tmp_path, monkeypatch, no_fla, no_ejkernel):
+    """`OpBench.variant_needs`: a variant whose `needs()` gives a reason is not attempted; the record lists it
+    under "skipped" with that reason and the run goes on (flash attention's "gluon backward" on a GPU that is
+    not Hopper). A variant whose `needs()` gives None runs."""
+    monkeypatch.setitem(bench.OPS, "recurrent", dataclasses.replace(
+        bench.OPS["recurrent"], variants={"here": {}, "elsewhere": {}},
+        variant_needs={"here": lambda: None, "elsewhere": lambda: "a GPU this machine lacks"}))
+    assert _bench(tmp_path, "--implementations", "triton") == 0
+    (path,) = _records(tmp_path)
+    record = json.loads(path.read_text())
+    assert {r["implementation"] for r in record["results"]} == {"triton", "triton[here]"}
+    assert {(s["implementation"], s["reason"]) for s in record["skipped"]} == {
+        ("triton[elsewhere]", "a GPU this machine lacks")}
+
+
+def test_flash_attentions_gluon_backward_variant_says_why_not_here():
+    """Without a GPU the Gluon kernels do not run: the flash variant's need names why."""
+    reason = bench.OPS["flash_attention"].variant_needs["gluon backward"]()
+    assert reason is not None and ("interpreter" in reason or "Triton" in reason), reason
+
+
 # ----------------------------------------------------------------------------- --timer copies
 
 

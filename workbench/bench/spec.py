@@ -67,6 +67,8 @@ class OpBench:
         op's shape sets (B·H = 16 at the long sequence lengths).
     error_sources: where the reference does not run at a shape, errors are measured against the first of
         these (independent implementations) measured there; with none, the rows are "unchecked".
+    variant_needs: variant name → `needs()`, why this machine cannot run the variant (None: it can). Such a
+        variant is not attempted and the record lists it under "skipped" with the reason.
     """
 
     shape_sets: Mapping[str, tuple[Mapping[str, int], ...]]
@@ -83,12 +85,16 @@ class OpBench:
     variants: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     max_T: Mapping[str, tuple[int, str]] = dataclasses.field(default_factory=dict)
     error_sources: tuple[str, ...] = ()
+    variant_needs: Mapping[str, Callable[[], str | None]] = dataclasses.field(default_factory=dict)
 
     def skip_reason(self, name: str, shape: Mapping[str, int]) -> str | None:
-        """Why `name` is not run at `shape` under `max_T`, or None."""
+        """Why `name` is not run at `shape` under `max_T`, or on this machine (`variant_needs`), or None."""
         if name in self.max_T and shape["T"] > self.max_T[name][0]:
             limit, why = self.max_T[name]
             return f"T={shape['T']} > {limit}: {why}"
+        variant = name[len("triton["):-1] if name.startswith("triton[") and name.endswith("]") else None
+        if variant in self.variant_needs:
+            return self.variant_needs[variant]()
         return None
 
     def trace(self, shape: Mapping[str, int], dtype: Any, options: Mapping[str, Any] | None = None) -> None:

@@ -19,6 +19,7 @@ import workbench
 from .. import testing
 from ..chunk_gla import Tuning as _GlaTuning
 from ..flash_attention import Tuning as _FlashTuning
+from ..flash_attention import gluon_unavailable as _flash_gluon_unavailable
 from .peers import (dot_product_attention, ejkernel_flash_attention, ejkernel_recurrent, fla_chunk_kda, fla_gla)
 from .spec import OpBench, Peer
 
@@ -215,6 +216,7 @@ FLASH_ATTENTION = OpBench(
     variants={"triton forward": {"tuning": _FlashTuning(forward="triton")}, "dq pass": {"tuning": _FlashTuning(dq="pass")},
               "gluon backward": {"tuning": _FlashTuning(backward="gluon")},
               "pointer loads": {"tuning": _FlashTuning(forward_loads="pointers")}},
+    variant_needs={"gluon backward": _flash_gluon_unavailable},
     max_T={name: (8192, "dense attention: its forward+backward holds several B·H·T² float32 arrays (XLA's memory "
                         "analysis at B=1 H=16: 16-20 GiB at 8k, 64-80 GiB at 16k)")
            for name in ("reference", "jax.nn.dot_product_attention[xla]")},
