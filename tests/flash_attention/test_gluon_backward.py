@@ -63,6 +63,24 @@ def test_the_interpreter_refuses_it_by_name():
             _grad(x, causal=True)
 
 
+@pytest.mark.skipif(not NEW_TRITON, reason="gluon_backward imports Triton 3.9's Gluon")
+@pytest.mark.parametrize("T", [5, 64, 777, 768, 1000])
+def test_the_stats_rows_are_padded_so_every_tile_starts_16_bytes_aligned(T):
+    """The kernel reads a query tile's lse2 and δ as one TMA box at (b·H + h)·TP + m0 floats, which must be 16
+    bytes aligned (at T = 777 an unpadded row made the GPU raise an illegal instruction); the padding is what a
+    row that saw no key has, and the values before it are unchanged."""
+    B, H, block = 2, 3, gluon_backward.CONFIG["BM"]
+    lse2 = jax.random.normal(jax.random.key(0), (B, H, T), jnp.float32)
+    delta = jax.random.normal(jax.random.key(1), (B, H, T), jnp.float32)
+    lse_p, delta_p = gluon_backward.padded_stats(lse2, delta)
+    TP = lse_p.shape[-1]
+    assert lse_p.shape == delta_p.shape == (B, H, TP) and T <= TP < T + block and TP % block == 0
+    starts = [((b * H + h) * TP + m0) * 4 for b in range(B) for h in range(H) for m0 in range(0, T, block)]
+    assert all(s % 16 == 0 for s in starts)
+    assert (lse_p[..., :T] == lse2).all() and (delta_p[..., :T] == delta).all()
+    assert (lse_p[..., T:] == jnp.inf).all() and (delta_p[..., T:] == 0).all()
+
+
 def _recorded(x, **options):
     """The compile specs of the op's Gluon backward launch, traced abstractly (the interpreter's refusal comes
     after the launch is recorded)."""

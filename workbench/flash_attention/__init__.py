@@ -350,8 +350,9 @@ def _backward_gluon(q, k, v, sinks, bias, q_seg, seeds, do, lse2, delta, static:
                          f"Tq = Tk, D 64 or 128, bfloat16 or float16, on Hopper; this call has {misfit} "
                          f"(q shape {tuple(q.shape)} {q.dtype.name}, k shape {tuple(k.shape)})")
     config = dict(gluon_backward.CONFIG)
+    lse2, delta = gluon_backward.padded_stats(lse2, delta)
     dk, dv, dq = triton_call(
-        q, k, v, do.astype(q.dtype), lse2, delta, T, B * T, static.spec.scale,
+        q, k, v, do.astype(q.dtype), lse2, delta, B, T, lse2.shape[-1], static.spec.scale,
         kernel=gluon_backward.flash_bwd_pingpong_kernel,
         out_shape=[jax.ShapeDtypeStruct(k.shape, grad_dtype or k.dtype)] * 2
         + [jax.ShapeDtypeStruct(q.shape, jnp.float32)],

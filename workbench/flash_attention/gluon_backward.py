@@ -3,8 +3,9 @@ attention with Tq = Tk (fa.5, fa.9; the same quantities as `kernels.py`'s backwa
 FlashAttention-3's backward is.
 
 One program owns 128 keys of one (batch, kv head): q, do, dq `[B, T, H, D]`, k, v, dk, dv `[B, T, HKV, D]`, lse2
-(lse·log2 e, +∞ where a row saw no key) and δ (rowsum(dO·O) − dlse) `[B, H, T]`. It walks the query tiles of
-every head of its group. Three partitions share its shared memory:
+(lse·log2 e, +∞ where a row saw no key) and δ (rowsum(dO·O) − dlse) `[B, H, TP]`, each row padded to TP, a
+multiple of BM (`padded_stats`: a TMA box must start 16 bytes aligned, which (b·H + h)·T floats need not be). It
+walks the query tiles of every head of its group. Three partitions share its shared memory:
 
   - a loading warp brings q and dO tiles (64 rows) with their rows' lse2 and δ through TMA into a ring of NBUF
     slots (`q_ready` / `do_ready`);
@@ -21,6 +22,7 @@ products they made the groups spill. Rows past T (the next batch's, read by the 
 lse2 of +∞, keys past T a mask; neither writes anything but zeros.
 """
 
+import jax.numpy as jnp
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
@@ -41,7 +43,7 @@ def _ds_ready():
 
 @gluon.jit
 def _load_q_do(q_desc, do_desc, lse_desc, delta_desc, q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready, do_ready,
-               q_empty, do_empty, row0, col_h0, stat0, T, lo, n_tiles, G, BM: gl.constexpr, D: gl.constexpr,
+               q_empty, do_empty, row0, col_h0, stat0, TP, lo, n_tiles, G, BM: gl.constexpr, D: gl.constexpr,
                NBUF: gl.constexpr):
     """The loading warp: step t = g·n_tiles + j is q tile j of the group's head g, into slot t mod NBUF."""
     t = 0
@@ -53,11 +55,11 @@ def _load_q_do(q_desc, do_desc, lse_desc, delta_desc, q_bufs, do_bufs, lse_bufs,
             mbarrier.wait(q_empty.index(i), ph ^ 1)
             mbarrier.expect(q_ready.index(i), q_desc.block_type.nbytes + lse_desc.block_type.nbytes)
             tma.async_load(q_desc, [row0 + m0, col_h0 + g * D], q_ready.index(i), q_bufs.index(i))
-            tma.async_load(lse_desc, [stat0 + g * T + m0], q_ready.index(i), lse_bufs.index(i))
+            tma.async_load(lse_desc, [stat0 + g * TP + m0], q_ready.index(i), lse_bufs.index(i))
             mbarrier.wait(do_empty.index(i), ph ^ 1)
             mbarrier.expect(do_ready.index(i), do_desc.block_type.nbytes + delta_desc.block_type.nbytes)
             tma.async_load(do_desc, [row0 + m0, col_h0 + g * D], do_ready.index(i), do_bufs.index(i))
-            tma.async_load(delta_desc, [stat0 + g * T + m0], do_ready.index(i), delta_bufs.index(i))
+            tma.async_load(delta_desc, [stat0 + g * TP + m0], do_ready.index(i), delta_bufs.index(i))
             t += 1
 
 
@@ -144,14 +146,16 @@ def _group_1(k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_s
 
 
 @gluon.jit
-def flash_bwd_pingpong_kernel(q, k, v, do, lse2, delta, T, NROWS, scale, dk, dv, dq, H: gl.constexpr,
+def flash_bwd_pingpong_kernel(q, k, v, do, lse2, delta, B, T, TP, scale, dk, dv, dq, H: gl.constexpr,
                               HKV: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, NBUF: gl.constexpr,
                               REGS: gl.constexpr, CAUSAL: gl.constexpr):
     """dk, dv of 128 keys of one (batch, kv head), and their share of dq; grid (B·HKV, cdiv(T, 128)), num_warps
-    4 (the first group; the second group and the loading warp are workers). NROWS = B·T."""
+    4 (the first group; the second group and the loading warp are workers). TP: lse2's and δ's row length, T
+    padded to a multiple of BM (`padded_stats`)."""
     dtype: gl.constexpr = q.dtype.element_ty
     BN: gl.constexpr = 2 * BK
     G = H // HKV
+    NROWS = B * T
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, D], dtype)
     kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], dtype)
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BM], dtype)
@@ -163,14 +167,14 @@ def flash_bwd_pingpong_kernel(q, k, v, do, lse2, delta, T, NROWS, scale, dk, dv,
     k_desc = tma.make_tensor_descriptor(k, [NROWS, HKV * D], [HKV * D, 1], [BN, D], kv_layout)
     v_desc = tma.make_tensor_descriptor(v, [NROWS, HKV * D], [HKV * D, 1], [BN, D], kv_layout)
     dq_desc = tma.make_tensor_descriptor(dq, [NROWS, H * D], [H * D, 1], [BM, D // 2], f32_layout)
-    lse_desc = tma.make_tensor_descriptor(lse2, [NROWS * H], [1], [BM], vec_layout)
-    delta_desc = tma.make_tensor_descriptor(delta, [NROWS * H], [1], [BM], vec_layout)
+    lse_desc = tma.make_tensor_descriptor(lse2, [B * H * TP], [1], [BM], vec_layout)
+    delta_desc = tma.make_tensor_descriptor(delta, [B * H * TP], [1], [BM], vec_layout)
     n0 = gl.program_id(1) * BN  # programs start in x order: every head's first key block (causal: the longest) first
     i_b = gl.program_id(0) // HKV
     hk = gl.program_id(0) % HKV
     row0 = i_b * T
     col_h0 = hk * G * D  # the group's first query head's columns
-    stat0 = (i_b * H + hk * G) * T
+    stat0 = (i_b * H + hk * G) * TP
     lo = 0
     if CAUSAL:  # (fa.1) Tq = Tk: query rows before n0 see none of these keys
         lo = (n0 // BM) * BM
@@ -208,8 +212,18 @@ def flash_bwd_pingpong_kernel(q, k, v, do, lse2, delta, T, NROWS, scale, dk, dv,
                     q_ready, do_ready, q_empty, do_empty, dq_desc, dk, dv, row0, col_h0, n0, lo, n_tiles, G, T,
                     qk_scale, scale, hk, HKV, BM, D, NBUF, CAUSAL)),
         (_load_q_do, (q_desc, do_desc, lse_desc, delta_desc, q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready,
-                      do_ready, q_empty, do_empty, row0, col_h0, stat0, T, lo, n_tiles, G, BM, D, NBUF)),
+                      do_ready, q_empty, do_empty, row0, col_h0, stat0, TP, lo, n_tiles, G, BM, D, NBUF)),
     ], [4, 1], [REGS, 24])
 
 
 CONFIG = dict(BM=64, NBUF=2, REGS=240, num_warps=4, maxnreg=168)  # the probe's (v4, v5 in data/bench)
+
+
+def padded_stats(lse2, delta):
+    """lse2 and δ `[B, H, T]` as the kernel reads them, `[B, H, TP]` with TP = T rounded up to CONFIG's BM: each
+    query tile's 64 values are one TMA box, which must start 16 bytes aligned, and (b·H + h)·T floats is not
+    where T is not a multiple of 4. The padding is lse2 = +∞ (P = 0) and δ = 0, the values of a row that saw no
+    key (the kernel also masks rows past T)."""
+    block = CONFIG["BM"]
+    pad = ((0, 0), (0, 0), (0, -lse2.shape[-1] % block))
+    return jnp.pad(lse2, pad, constant_values=jnp.inf), jnp.pad(delta, pad)
