@@ -12,6 +12,7 @@ The inputs are `workbench verify`'s first case of each op, in bfloat16 and float
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 
@@ -68,14 +69,19 @@ def paths(dtype):
         for tuning in tunings:
             yield f"flash_attention {case.name} {tuning}", lambda i=inputs, o=options, t=tuning: _fwd_bwd(
                 workbench.flash_attention, i, ("q", "k", "v", "sinks", "bias"), tuning=t, **o)
-    if dtype == jnp.bfloat16 and gluon_unavailable() is None:  # the Hopper forward (bf16/f16 only): Tq = Tk, Tq < Tk, Tq > Tk, GQA
-        for (Tq, Tk, H, Hkv, D) in ((100, 100, 4, 2, 128), (40, 200, 2, 2, 64), (200, 40, 2, 1, 128)):
+    # the Hopper kernels (bf16/f16 only): Tq = Tk (one T not a multiple of 4), Tq < Tk, Tq > Tk, GQA
+    if dtype == jnp.bfloat16 and gluon_unavailable() is None:
+        for (Tq, Tk, H, Hkv, D) in ((100, 100, 4, 2, 128), (77, 77, 2, 2, 64), (40, 200, 2, 2, 64),
+                                   (200, 40, 2, 1, 128)):
             att = {n: jax.random.normal(jax.random.key(i), (1, Tq if n == "q" else Tk, H if n == "q" else Hkv, D),
                                         dtype) for i, n in enumerate("qkv")}
-            for causal in (True, False):
-                yield (f"flash_attention gluon Tq={Tq} Tk={Tk} H={H}/{Hkv} D={D} causal={causal}",
-                       lambda a=att, c=causal: _fwd_bwd(workbench.flash_attention, a, ("q", "k", "v"), causal=c,
-                                                        return_lse=True, tuning=FlashTuning(forward="gluon")))
+            # the Gluon backward where it computes (Tq = Tk), the Triton one after the Gluon forward everywhere
+            backwards = ("triton", "gluon") if Tq == Tk else ("triton",)
+            for causal, backward in itertools.product((True, False), backwards):
+                tuning = FlashTuning(forward="gluon", backward=backward)
+                yield (f"flash_attention gluon Tq={Tq} Tk={Tk} H={H}/{Hkv} D={D} causal={causal} {tuning}",
+                       lambda a=att, c=causal, t=tuning: _fwd_bwd(workbench.flash_attention, a, ("q", "k", "v"),
+                                                                  causal=c, return_lse=True, tuning=t))
     mesh = jax.make_mesh((1,), ("sp",))
     qkv = {n: jax.random.normal(jax.random.key(i), (1, 32, 4 if n == "q" else 2, 32), dtype)
            for i, n in enumerate("qkv")}

@@ -128,8 +128,8 @@ _SASS_COUNTS = ("HGMMA", "HMMA", "LDL", "STL", "MUFU.EX2", "BAR")
 def _resources(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Compile to a cubin and read what the compiler made of it with the cuobjdump and nvdisasm that come
     with Triton: registers per thread, stack bytes (spills), shared memory, and counts of a few SASS
-    instructions (HGMMA: Hopper's warpgroup MMA; LDL/STL: local-memory spill traffic), and the ids of the named
-    barriers its BAR instructions use."""
+    instructions (HGMMA: Hopper's warpgroup MMA; LDL/STL: local-memory spill traffic), the ids of the named
+    barriers its BAR instructions use, and of those with a BAR compiled without `.aligned`."""
     import re
     import subprocess
     import tempfile
@@ -143,13 +143,21 @@ def _resources(spec: Mapping[str, Any]) -> dict[str, Any]:
         f.flush()
         usage = subprocess.run([os.path.join(tools, "cuobjdump"), "--dump-resource-usage", f.name],
                                capture_output=True, text=True, check=True).stdout
+        elf = subprocess.run([os.path.join(tools, "cuobjdump"), "-elf", f.name],
+                             capture_output=True, text=True, check=True).stdout
         sass = subprocess.run([os.path.join(tools, "nvdisasm"), "-c", f.name],
                               capture_output=True, text=True, check=True).stdout
     field = lambda name: int(re.search(rf"{name}:(\d+)", usage).group(1))  # noqa: E731
     ops = re.findall(r"\b(" + "|".join(re.escape(op) for op in _SASS_COUNTS) + r")\b", sass)
-    barriers = sorted({int(b, 0) for b in re.findall(r"\bBAR\.(?:SYNC|ARV|RED)[.\w]*\s+(0x[0-9a-f]+|\d+)", sass)})
+    bars = [(int(at, 16), int(b, 0)) for at, b in re.findall(
+        r"/\*([0-9a-f]+)\*/\s+(?:@!?U?P\w+\s+)?BAR\.(?:SYNC|ARV|RED)[.\w]*\s+(0x[0-9a-f]+|\d+)", sass)]
+    # ptxas lists the offsets of the barriers written without .aligned (PTX `barrier.sync`, not `bar.sync`);
+    # compute-sanitizer's synccheck reads the list: a barrier met from two places in the code must be on it
+    listed = re.search(r"EIATTR_COOP_GROUP_INSTR_OFFSETS\s+Format:\s*\S+\s+Value:\s*((?:0x[0-9a-f]+\s*)+)", elf)
+    unaligned = {int(x, 16) for x in listed.group(1).split()} if listed else set()
     return {"registers": field("REG"), "stack": field("STACK"), "shared": compiled.shared,
-            **{op: ops.count(op) for op in _SASS_COUNTS}, "named_barriers": barriers}
+            **{op: ops.count(op) for op in _SASS_COUNTS}, "named_barriers": sorted({b for _, b in bars}),
+            "unaligned_barriers": sorted({b for at, b in bars if at in unaligned})}
 
 
 def _child(path: str, last: str) -> int:

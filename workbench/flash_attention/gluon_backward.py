@@ -37,8 +37,9 @@ DS_BARRIER = gl.constexpr(13)  # the named barrier at which both groups' dSᵀ o
 
 @gluon.jit
 def _ds_ready():
-    """Both groups' dSᵀ of this tile are in shared memory (both groups' 256 threads meet at DS_BARRIER)."""
-    gl.inline_asm(named_barrier("sync", DS_BARRIER))
+    """Both groups' dSᵀ of this tile are in shared memory (both groups' 256 threads meet at DS_BARRIER, each
+    group from its own code: the barrier's non-aligned form, `named_barrier`)."""
+    gl.inline_asm(named_barrier("sync", DS_BARRIER, aligned=False))
 
 
 @gluon.jit

@@ -40,9 +40,13 @@ TURNS = (TURN0.value, TURN0.value + 1)  # Triton's own partitions use the low id
 
 
 @gluon.constexpr_function
-def named_barrier(op, barrier):
-    """PTX of `bar.<op>` on a named barrier that both groups' 256 threads meet at."""
-    return f"bar.{op} {barrier}, 256;"
+def named_barrier(op, barrier, aligned=True):
+    """PTX of `bar.<op>` on a named barrier that both groups' 256 threads meet at. `bar` is PTX's
+    `barrier.<op>.aligned`: every thread that waits there runs this one instruction, as in the turns, where one
+    group's code syncs and the other's arrives. A barrier where both groups' code syncs (two instructions) takes
+    `aligned=False`, `barrier.<op>` (compute-sanitizer's synccheck flags the aligned form there: "divergent
+    thread(s) in block", data/bench/sanitizer/20261127T2001-h200-ds-barrier)."""
+    return f"bar.{op} {barrier}, 256;" if aligned else f"barrier.{op} {barrier}, 256;"
 
 
 @gluon.jit
