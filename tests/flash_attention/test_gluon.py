@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import triton
 
-from tests.helpers import raises
+from tests.helpers import assert_fits_hopper, raises
 from workbench import compile_check, compiler, launch, testing
 from workbench.flash_attention import Tuning, gluon_kernels, gluon_unavailable
 
@@ -116,11 +116,4 @@ def test_its_launches_compile_for_hopper_within_registers_and_shared_memory(D, d
     result = compile_check.compile_all(specs, last="resources")
     assert not result["failed"], "\n".join(compile_check.describe(f) for f in result["failed"])
     for row in result["resources"]:
-        usage = row["resources"]
-        assert row["spec"]["maxnreg"] == gluon_kernels.CONFIG["maxnreg"]
-        assert usage["HGMMA"] > 0 and usage["HMMA"] == 0, usage
-        assert usage["registers"] <= gluon_kernels.CONFIG["maxnreg"], usage
-        assert usage["shared"] <= compile_check.SHARED_LIMIT, usage
-        assert usage["stack"] <= 16, usage
-        assert set(gluon_kernels.TURNS) <= set(usage["named_barriers"]), usage
-        assert max(set(usage["named_barriers"]) - set(gluon_kernels.TURNS)) < min(gluon_kernels.TURNS), usage
+        assert_fits_hopper(row, gluon_kernels.CONFIG, stack=16, barriers=gluon_kernels.TURNS)

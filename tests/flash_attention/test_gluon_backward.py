@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from tests.helpers import raises
+from tests.helpers import assert_fits_hopper, raises
 from workbench import compile_check, compiler, launch, testing
 from workbench.flash_attention import Tuning, gluon_backward, gluon_kernels
 
@@ -109,14 +109,7 @@ def test_its_launch_compiles_for_hopper_within_registers_and_shared_memory(D, dt
     result = compile_check.compile_all(specs, last="resources")
     assert not result["failed"], "\n".join(compile_check.describe(f) for f in result["failed"])
     (row,) = result["resources"]
-    usage = row["resources"]
-    assert row["spec"]["maxnreg"] == gluon_backward.CONFIG["maxnreg"]
-    assert usage["HGMMA"] > 0 and usage["HMMA"] == 0, usage
-    assert usage["registers"] <= gluon_backward.CONFIG["maxnreg"], usage
-    assert usage["shared"] <= compile_check.SHARED_LIMIT, usage
-    assert usage["stack"] <= 8, usage
-    ours = {gluon_backward.DS_BARRIER.value, *gluon_kernels.TURNS}
-    assert ours <= set(usage["named_barriers"]), usage
-    assert max(set(usage["named_barriers"]) - ours) < min(ours), usage
+    assert_fits_hopper(row, gluon_backward.CONFIG, stack=8,
+                       barriers={gluon_backward.DS_BARRIER.value, *gluon_kernels.TURNS})
     # both groups' code syncs at dS's barrier: PTX's non-aligned form, which synccheck accepts there
-    assert gluon_backward.DS_BARRIER.value in usage["unaligned_barriers"], usage
+    assert gluon_backward.DS_BARRIER.value in row["resources"]["unaligned_barriers"], row["resources"]
