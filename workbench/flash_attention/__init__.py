@@ -356,7 +356,7 @@ def _backward_gluon(q, k, v, sinks, bias, q_seg, seeds, do, lse2, delta, static:
         kernel=gluon_backward.flash_bwd_pingpong_kernel,
         out_shape=[jax.ShapeDtypeStruct(k.shape, grad_dtype or k.dtype)] * 2
         + [jax.ShapeDtypeStruct(q.shape, jnp.float32)],
-        grid=(B * k.shape[2], triton.cdiv(T, gluon_backward.BLOCK_N)), zeroed_outputs=(2,),
+        grid=(triton.cdiv(T, gluon_backward.BLOCK_N), B * k.shape[2]), zeroed_outputs=(2,),
         name="workbench_flash_bwd_gluon", num_warps=config.pop("num_warps"), maxnreg=config.pop("maxnreg"), H=H,
         HKV=k.shape[2], D=D, CAUSAL=static.spec.causal, **config,
     )

@@ -150,7 +150,7 @@ def _group_1(k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_s
 def flash_bwd_pingpong_kernel(q, k, v, do, lse2, delta, B, T, TP, scale, dk, dv, dq, H: gl.constexpr,
                               HKV: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, NBUF: gl.constexpr,
                               REGS: gl.constexpr, CAUSAL: gl.constexpr):
-    """dk, dv of 128 keys of one (batch, kv head), and their share of dq; grid (B·HKV, cdiv(T, 128)), num_warps
+    """dk, dv of 128 keys of one (batch, kv head), and their share of dq; grid (cdiv(T, 128), B·HKV), num_warps
     4 (the first group; the second group and the loading warp are workers). TP: lse2's and δ's row length, T
     padded to a multiple of BM (`padded_stats`)."""
     dtype: gl.constexpr = q.dtype.element_ty
@@ -170,9 +170,11 @@ def flash_bwd_pingpong_kernel(q, k, v, do, lse2, delta, B, T, TP, scale, dk, dv,
     dq_desc = tma.make_tensor_descriptor(dq, [NROWS, H * D], [H * D, 1], [BM, D // 2], f32_layout)
     lse_desc = tma.make_tensor_descriptor(lse2, [B * H * TP], [1], [BM], vec_layout)
     delta_desc = tma.make_tensor_descriptor(delta, [B * H * TP], [1], [BM], vec_layout)
-    n0 = gl.program_id(1) * BN  # programs start in x order: every head's first key block (causal: the longest) first
-    i_b = gl.program_id(0) // HKV
-    hk = gl.program_id(0) % HKV
+    # programs start in x order: a head's key blocks together, so the ~132 resident ones share a few heads' q and
+    # dO in L2; causal, each head's longest block (the first) first
+    n0 = gl.program_id(0) * BN
+    i_b = gl.program_id(1) // HKV
+    hk = gl.program_id(1) % HKV
     row0 = i_b * T
     col_h0 = hk * G * D  # the group's first query head's columns
     stat0 = (i_b * H + hk * G) * TP
