@@ -199,8 +199,8 @@ def test_no_variants_times_the_triton_path_alone(tmp_path, monkeypatch, no_fla, 
 
 def test_a_variant_this_machine_cannot_run_is_skipped_with_its_reason(tmp_path, monkeypatch, no_fla, no_ejkernel):
     """`OpBench.variant_needs`: a variant whose `needs()` gives a reason is not attempted; the record lists it
-    under "skipped" with that reason and the run goes on (flash attention's "gluon backward" on a GPU that is
-    not Hopper). A variant whose `needs()` gives None runs."""
+    under "skipped" with that reason and the run goes on (flash attention's "triton backward" where the
+    default backward is already the Triton one). A variant whose `needs()` gives None runs."""
     monkeypatch.setitem(bench.OPS, "recurrent", dataclasses.replace(
         bench.OPS["recurrent"], variants={"here": {}, "elsewhere": {}},
         variant_needs={"here": lambda: None, "elsewhere": lambda: "a GPU this machine lacks"}))
@@ -212,10 +212,12 @@ def test_a_variant_this_machine_cannot_run_is_skipped_with_its_reason(tmp_path, 
         ("triton[elsewhere]", "a GPU this machine lacks")}
 
 
-def test_flash_attentions_gluon_backward_variant_says_why_not_here():
-    """Without a GPU the Gluon kernels do not run: the flash variant's need names why."""
-    reason = bench.OPS["flash_attention"].variant_needs["gluon backward"]()
-    assert reason is not None and ("interpreter" in reason or "Triton" in reason), reason
+def test_flash_attentions_triton_backward_variant_says_why_not_here():
+    """Without a GPU the Gluon kernels do not run, so the default backward is the Triton one and the variant
+    would time it twice: its need says so, and why."""
+    reason = bench.OPS["flash_attention"].variant_needs["triton backward"]()
+    assert reason is not None and "default backward is the Triton one" in reason, reason
+    assert "interpreter" in reason or "Gluon kernels need 3.9" in reason, reason
 
 
 # ----------------------------------------------------------------------------- --timer copies

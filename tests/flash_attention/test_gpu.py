@@ -172,6 +172,31 @@ def test_compiled_default_forward_is_the_gluon_kernel_on_hopper():
         np.testing.assert_array_equal(default, triton_fwd)
 
 
+def test_compiled_default_backward_is_the_gluon_kernel_on_hopper():
+    """The default backward is the Gluon kernel exactly where it applies (Hopper, Triton 3.9 or later, Tq = Tk),
+    else the Triton backward: dk and dv bit for bit one of the two, which differ (dq is added by reductions in a
+    run-dependent order in both), and the default's dq within float32 rounding of that kernel's."""
+    from workbench.compiler import compiles_gluon
+    from workbench.gpu_call import capability
+
+    x = testing.attention_inputs(16, 2, 1000, 1000, 8, 2, 128, dtype=jnp.bfloat16)
+    do = jax.random.normal(jax.random.key(17), x["q"].shape, jnp.bfloat16)
+
+    def run(tuning):
+        pull = jax.jit(lambda q, k, v: jax.vjp(lambda q, k, v: workbench.flash_attention(
+            q, k, v, causal=True, tuning=tuning), q, k, v)[1](do))
+        return [np.asarray(g, np.float64) for g in pull(x["q"], x["k"], x["v"])]
+
+    hopper = capability() == 90 and compiles_gluon()
+    default, triton_bwd = run(None), run(Tuning(backward="triton"))
+    chosen = run(Tuning(backward="gluon")) if hopper else triton_bwd
+    if hopper:
+        assert not np.array_equal(chosen[1], triton_bwd[1])
+    for name, mine, theirs in zip(("dk", "dv"), default[1:], chosen[1:]):
+        np.testing.assert_array_equal(mine, theirs, err_msg=name)
+    assert testing.rms_rel(default[0], chosen[0]) <= 4e-3  # dq: bf16 roundings of float32 sums at most
+
+
 def test_compiled_tma_forward_matches_pointer_loads_on_varlen():
     """Rows past each packed sequence read as 0 through the descriptors, as the masked loads read them."""
     cu_q = jnp.asarray([0, 0, 1, 300, 777, 900, 1024], jnp.int32)

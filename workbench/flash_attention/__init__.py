@@ -37,10 +37,12 @@ LOG2E = 1.4426950408889634
 class Tuning:
     """Static choices of the Triton path that do not change the result.
 
-    backward: "triton" runs the backward kernels; "reference" runs `jax.vjp` of the reference
-        instead (on the same dropout mask), so the forward kernel can be tested alone; "gluon" runs the
-        Hopper backward of `gluon_backward.py` (Triton 3.9 or later, compute capability 9.0, compiled only) for
-        what the Gluon forward computes with Tq = Tk; another call is a ValueError that says what it lacks.
+    backward: "triton" runs the backward kernels of `kernels.py` (every mask, every dtype, the CPU too);
+        "reference" runs `jax.vjp` of the reference instead (on the same dropout mask), so the forward kernel
+        can be tested alone; "gluon" runs the Hopper backward of `gluon_backward.py` (Triton 3.9 or later,
+        compute capability 9.0, compiled only) for what the Gluon forward computes with Tq = Tk; another call is
+        a ValueError that says what it lacks. None means "gluon" where it applies on the GPU this runs on (it
+        was the faster at every shape measured: NOTES.md, "The Hopper backward") and dq is None, else "triton".
     split_rows: the forward's row blocks in two halves that share each K, V tile (True) or whole
         (False); None means whole blocks (kernels.py, FWD_BANDED_CONFIGS, has the measurements).
     dq: how the backward forms dQ. "atomic": the dK/dV pass adds each tile's dS K into float32 rows
@@ -62,15 +64,16 @@ class Tuning:
         "gluon", a ValueError).
     """
 
-    backward: Literal["triton", "reference", "gluon"] = "triton"
+    backward: Literal["triton", "reference", "gluon"] | None = None
     split_rows: bool | None = None
     dq: Literal["atomic", "pass"] | None = None
     forward_loads: Literal["pointers", "tma"] | None = None
     forward: Literal["triton", "gluon"] | None = None
 
     def __post_init__(self):
-        if self.backward not in ("triton", "reference", "gluon"):
-            raise ValueError(f"Tuning.backward: expected 'triton', 'reference' or 'gluon', got {self.backward!r}")
+        if self.backward not in (None, "triton", "reference", "gluon"):
+            raise ValueError(f"Tuning.backward: expected None, 'triton', 'reference' or 'gluon', got "
+                             f"{self.backward!r}")
         if self.backward == "gluon" and self.dq is not None:
             raise ValueError(f"Tuning.backward='gluon': dq ({self.dq!r}) chooses between the Triton backward's ways "
                              f"of forming dQ; leave it None")
@@ -339,16 +342,32 @@ def _dsinks(sinks, lse, delta):
     return -(p_sink * delta).sum((0, 2)).astype(sinks.dtype)
 
 
-def _backward_gluon(q, k, v, sinks, bias, q_seg, seeds, do, lse2, delta, static: _Static, grad_dtype):
-    """dq, dk, dv by the Gluon kernel, once `_gluon_misfit` and Tq = Tk allow it (else a ValueError)."""
-    B, T, H, D = q.shape
+def _gluon_backward_misfit(q, k, sinks, bias, q_seg, seeds, static: _Static) -> str | None:
+    """What keeps the Gluon backward from this call (None: nothing): the forward's misfits, and Tq ≠ Tk."""
     misfit = _gluon_misfit(q, k, sinks, bias, q_seg, seeds, static)
-    if misfit is None and k.shape[1] != T:
-        misfit = f"Tq = {T} and Tk = {k.shape[1]} (it computes Tq = Tk)"
-    if misfit is not None:
-        raise ValueError(f"Tuning.backward='gluon': the Gluon backward computes plain or causal attention with "
-                         f"Tq = Tk, D 64 or 128, bfloat16 or float16, on Hopper; this call has {misfit} "
-                         f"(q shape {tuple(q.shape)} {q.dtype.name}, k shape {tuple(k.shape)})")
+    if misfit is None and k.shape[1] != q.shape[1]:
+        misfit = f"Tq = {q.shape[1]} and Tk = {k.shape[1]} (it computes Tq = Tk)"
+    return misfit
+
+
+def _backward_choice(q, k, sinks, bias, q_seg, seeds, static: _Static) -> str:
+    """"gluon" or "triton" (Tuning.backward; "reference" is decided before)."""
+    tuning = static.tuning
+    if tuning.backward == "gluon":
+        misfit = _gluon_backward_misfit(q, k, sinks, bias, q_seg, seeds, static)
+        if misfit is not None:
+            raise ValueError(f"Tuning.backward='gluon': the Gluon backward computes plain or causal attention with "
+                             f"Tq = Tk, D 64 or 128, bfloat16 or float16, on Hopper; this call has {misfit} "
+                             f"(q shape {tuple(q.shape)} {q.dtype.name}, k shape {tuple(k.shape)})")
+        return "gluon"
+    if tuning.backward == "triton" or tuning.dq is not None or INTERPRET:
+        return "triton"
+    return "gluon" if _gluon_backward_misfit(q, k, sinks, bias, q_seg, seeds, static) is None else "triton"
+
+
+def _backward_gluon(q, k, v, do, lse2, delta, static: _Static, grad_dtype):
+    """dq, dk, dv by the Gluon kernel (`_backward_choice` chose it)."""
+    B, T, H, D = q.shape
     config = dict(gluon_backward.CONFIG)
     lse2, delta = gluon_backward.padded_stats(lse2, delta)
     dk, dv, dq = triton_call(
@@ -376,8 +395,8 @@ def _backward(q, k, v, sinks, bias, q_seg, kv_seg, cu_q, cu_k, seeds, o, lse, do
     # cotangent shifts it: Delta − dlse
     delta = jnp.einsum("bthd,bthd->bht", o, do.astype(f32), precision=jax.lax.Precision.HIGHEST) - dlse.astype(f32)
     lse2 = jnp.where(lse == -jnp.inf, jnp.inf, lse * LOG2E)  # (fa.10) a row that saw nothing: P = 0
-    if static.tuning.backward == "gluon":
-        return (*_backward_gluon(q, k, v, sinks, bias, q_seg, seeds, do, lse2, delta, static, grad_dtype), None, None)
+    if _backward_choice(q, k, sinks, bias, q_seg, seeds, static) == "gluon":
+        return (*_backward_gluon(q, k, v, do, lse2, delta, static, grad_dtype), None, None)
     arrays, scalars, meta = _launch_args(q, k, sinks, bias, q_seg, kv_seg, seeds, static)
     tensors = (_packed(q), _packed(k), _packed(v), _packed(do.astype(q.dtype)), lse2, delta, cu_q, cu_k,
                arrays["bias"], arrays["q_seg"], arrays["kv_seg"], arrays["seeds"])
@@ -458,8 +477,8 @@ def _block_launch(q, k, causal: bool, scale: float):
     spec = Static(scale=scale, causal=causal, window=None, softcap=None, dropout_rate=0.0, return_lse=True)
     cu_q = jnp.arange(B + 1, dtype=jnp.int32) * Tq
     cu_k = jnp.arange(B + 1, dtype=jnp.int32) * Tk
-    # the ring's blocks keep the Triton forward: its two-GPU tests have not run with the Gluon one
-    return cu_q, cu_k, _Static(spec=spec, varlen=False, tuning=Tuning(forward="triton"))
+    # the ring's blocks keep the Triton kernels: its two-GPU tests have not run with the Gluon ones
+    return cu_q, cu_k, _Static(spec=spec, varlen=False, tuning=Tuning(forward="triton", backward="triton"))
 
 
 def attention_block(q, k, v, *, causal: bool, scale: float):
