@@ -62,3 +62,40 @@ def test_a_kernel_off_by_two_percent_fails_at_every_size(n):
     draws = 50
     failed = sum(not testing.compare_with_floor("x", *_draw(rng, n, 0.04)).ok for _ in range(draws))
     assert failed >= draws * 0.9, f"only {failed} of {draws} draws over the budget at n = {n}"
+
+
+def test_the_lse_floor_is_the_float32_floor_for_well_conditioned_logits():
+    """Random q, k, no bias: the logits' terms are of the size of lse itself, the condition number about 1."""
+    from workbench.flash_attention.reference import allowed_mask
+
+    kq, kk = jax.random.split(jax.random.key(0))
+    q = jax.random.normal(kq, (2, 24, 4, 16), jnp.float32)
+    k = jax.random.normal(kk, (2, 40, 2, 16), jnp.float32)
+    s = 16 ** -0.5 * jnp.einsum("bihd,bjhd->bhij", q.astype(jnp.float64), jnp.repeat(k, 2, axis=2).astype(jnp.float64))
+    lse = jax.nn.logsumexp(s, axis=-1)
+    atol = float(testing.attention_lse_atol(q, k, lse, allowed_mask(2, 24, 40), 16 ** -0.5))
+    assert testing.ATOL["float32"] <= atol <= 4 * testing.ATOL["float32"], atol
+
+
+def test_the_lse_floor_grows_where_the_bias_cancels_the_scores():
+    """One query, one key: lse = s = scale·q·k + bias exactly. With the bias chosen to leave s = 1e-3 of terms
+    of order one, the floor is ATOL · (scale·Σ|q k| + |bias|) / |s|, here some thousand times the plain one;
+    and a float32 evaluation of s really errs by more than the plain floor allows (the case the dev profile found)."""
+    from workbench.flash_attention.reference import allowed_mask
+
+    kq, kk = jax.random.split(jax.random.key(5))
+    q = jax.random.normal(kq, (1, 1, 1, 12), jnp.float32)
+    k = jax.random.normal(kk, (1, 1, 1, 12), jnp.float32)
+    q64, k64, scale = np.asarray(q, np.float64), np.asarray(k, np.float64), 12 ** -0.5
+    dot = scale * float(np.sum(q64 * k64))
+    bias = np.full((1, 1, 1, 1), np.float32(1e-3 - dot), np.float32)
+    s = dot + float(bias[0, 0, 0, 0])
+    atol = float(testing.attention_lse_atol(q, k, np.full((1, 1, 1), s), allowed_mask(1, 1, 1), scale, bias))
+    want = testing.ATOL["float32"] * (scale * float(np.sum(np.abs(q64 * k64))) + abs(float(bias[0, 0, 0, 0]))) / abs(s)
+    assert want > 100 * testing.ATOL["float32"]
+    np.testing.assert_allclose(atol, want, rtol=1e-9)
+    # float32 logits, summed in a few orders: their relative error against s passes the plain floor's size
+    terms = (scale * q[0, 0, 0] * k[0, 0, 0]).astype(jnp.float32)
+    errs = [abs(float(jnp.sum(t) + bias[0, 0, 0, 0]) - s) / abs(s) for t in (terms, terms[::-1], jnp.roll(terms, 5))]
+    assert max(errs) <= atol, (errs, atol)
+    assert max(errs) > testing.ATOL["float32"], errs

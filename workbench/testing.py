@@ -167,6 +167,42 @@ def attention_dsinks_atol(dtype, sinks, do, dlse, o_exact, lse_exact):
     return ATOL.get(jnp.dtype(dtype).name, 1e-6) * jnp.maximum(1.0, cond)
 
 
+def attention_lse_atol(q, k, lse_exact, allowed, scale, bias=None, softcap=None):
+    """atol for lse: `ATOL["float32"]` times the condition number of the logits that form it.
+
+    lse_i = log Σ_j exp(s_ij) (a sink adds a term, exact). A logit s_ij = scale · q_i·k_j + bias_ij is
+    formed in float32 (bfloat16 inputs too: their products are exact, their sums float32) with an error of
+    about u · m_ij, m_ij = scale · Σ_d |q_id k_jd| + |bias_ij|, and ∂lse_i/∂s_ij = p_ij, so lse_i errs by
+    about u · Σ_j p_ij m_ij; relative to ‖lse‖ that is u · cond, cond = ‖Σ_j p_ij m_ij‖₂ / ‖lse‖₂ over the
+    rows that see a key. It is about 1 unless the logits cancel (q·k·scale against the bias) to values far
+    below their terms, where lse itself is small; the reference's own error can fall far below it there by
+    luck. A softcap's tanh has slope ≤ 1, so m bounds its logits' error too.
+    q [B, Tq, H, D], k [B, Tk, HKV, D], lse_exact [B, H, Tq] (float64, −inf on rows that see nothing),
+    allowed bool [B, Tq, Tk] (`reference.allowed_mask`), bias broadcastable to [B, H, Tq, Tk] or None.
+    """
+    f64 = jnp.float64
+    q, k = jnp.asarray(q).astype(f64), jnp.asarray(k).astype(f64)
+    k = jnp.repeat(k, q.shape[2] // k.shape[2], axis=2)  # query head h reads kv head h // G
+    hi = jax.lax.Precision.HIGHEST
+    s = scale * jnp.einsum("bihd,bjhd->bhij", q, k, precision=hi)
+    m = scale * jnp.einsum("bihd,bjhd->bhij", jnp.abs(q), jnp.abs(k), precision=hi)
+    if bias is not None:
+        b = jnp.broadcast_to(jnp.asarray(bias).astype(f64), s.shape)
+        finite = jnp.isfinite(b)  # a −inf bias masks its pair: p = 0 there
+        s = s + b
+        m = m + jnp.where(finite, jnp.abs(b), 0.0)
+    if softcap is not None:
+        s = softcap * jnp.tanh(s / softcap)
+    lse = jnp.asarray(lse_exact, f64)
+    seen = jnp.isfinite(lse)
+    use = jnp.asarray(allowed)[:, None] & seen[..., None] & jnp.isfinite(s)
+    p = jnp.where(use, jnp.exp(jnp.where(use, s - jnp.where(seen, lse, 0.0)[..., None], 0.0)), 0.0)
+    err = jnp.where(seen, jnp.sum(p * jnp.where(use, m, 0.0), axis=-1), 0.0)
+    size = jnp.sqrt(jnp.sum(jnp.where(seen, lse, 0.0) ** 2))
+    cond = jnp.where(size > 0, jnp.sqrt(jnp.sum(err ** 2)) / jnp.where(size > 0, size, 1.0), 1.0)
+    return ATOL["float32"] * jnp.maximum(1.0, cond)
+
+
 def assert_within_budget(comparisons: Sequence[Comparison]) -> None:
     """Fail with the whole table when any comparison is over budget or not finite."""
     bad = [c for c in comparisons if not c.ok]

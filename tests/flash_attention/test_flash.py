@@ -142,22 +142,25 @@ def oracle_results(inputs, cts, o_kernel, lse_kernel, **options):
     oracle: the dict of `reference_results` in float64. empty: bool [B, Tq], the query rows the masks
     leave no key (a sink does not count). bound: the exact gradients given the kernel's forward
     outputs, which its backward works from (`testing.attention_backward_cotangents`): the same
-    pullback at shifted cotangents. atols: {"dsinks": `testing.attention_dsinks_atol`} with sinks.
+    pullback at shifted cotangents. atols: {"lse": `testing.attention_lse_atol`, "dsinks":
+    `testing.attention_dsinks_atol` with sinks}.
     """
     q_dtype = inputs["q"].dtype
     inputs, (do, dlse) = testing.to_float64(inputs), testing.to_float64(cts)
     (o, lse), pullback = _reference_vjp(inputs, **options)
     (grads,) = pullback((do, dlse))
     (bound,) = pullback(testing.attention_backward_cotangents(do, dlse, o_kernel, lse_kernel, o, lse))
-    atols = {}
-    if "sinks" in inputs:
-        atols["dsinks"] = testing.attention_dsinks_atol(q_dtype, inputs["sinks"], do, dlse, o, lse)
-    B, Tq, _, _ = inputs["q"].shape
+    B, Tq, _, D = inputs["q"].shape
     causal = options.get("causal", False)
     allowed = allowed_mask(B, Tq, inputs["k"].shape[1], causal=causal,
                            window=window_of(options.get("sliding_window"), causal),
                            segment_ids=inputs.get("segment_ids"), cu_seqlens_q=inputs.get("cu_seqlens_q"),
                            cu_seqlens_k=inputs.get("cu_seqlens_k"))
+    scale = D ** -0.5 if options.get("scale") is None else options["scale"]
+    atols = {"lse": testing.attention_lse_atol(inputs["q"], inputs["k"], lse, allowed, scale, inputs.get("bias"),
+                                               options.get("softcap"))}
+    if "sinks" in inputs:
+        atols["dsinks"] = testing.attention_dsinks_atol(q_dtype, inputs["sinks"], do, dlse, o, lse)
     return _results(o, lse, grads), ~allowed.any(-1), {"d" + n: g for n, g in bound.items()}, atols
 
 
@@ -199,7 +202,8 @@ def check_against_oracle(inputs, seed, tuning=None, **options):
 
     # The gradients' yardstick also counts the error of the forward outputs the backward works from.
     comparisons = [testing.compare("o", kernel["o"], reference["o"], oracle["o"]),
-                   testing.compare("lse", k_lse[seen], np.asarray(reference["lse"])[seen], o_lse[seen])]
+                   testing.compare("lse", k_lse[seen], np.asarray(reference["lse"])[seen], o_lse[seen],
+                                   atol=float(atols["lse"]))]
     notes = []
     for name in kernel:
         if name not in ("o", "lse"):
@@ -397,6 +401,10 @@ def test_bias_with_minus_inf_entries():
        dtype=strategies.kernel_dtypes)
 @example(seed=3, bounds=([0, 0, 1, 9, 9, 30], [0, 5, 5, 17, 18, 18]), heads=(2, 1), D=16,
          config=(dict(sinks=True, bias="1H", segments=0), dict(causal=True)), dtype=jnp.float32)
+# the dev profile's find: one query, one key, q·k·scale and the bias nearly cancel, lse ≈ 0.007: the kernel's
+# float32 lse erred 1.2e-5 against the reference's 2.6e-6, within the logits' own rounding (attention_lse_atol)
+@example(seed=1448, bounds=([0, 1], [0, 1]), heads=(1, 1), D=12,
+         config=(dict(sinks=False, bias="BH", segments=0), dict(sliding_window=1)), dtype=jnp.float32)
 def test_varlen_matches_float64_oracle(seed, bounds, heads, D, config, dtype):
     made, options = config
     made = {**made, "bias": None if made["bias"] is None else "1" + made["bias"][1]}  # B = 1 when packed
