@@ -274,3 +274,29 @@ def test_float32_reference_is_float32_on_gpu():
         exact = workbench.flash_attention(**{n: jnp.asarray(a, jnp.float64) for n, a in x.items()}, causal=True,
                                           implementation="reference")
     assert rms_rel(o, exact) < 1e-6
+
+
+@pytest.mark.parametrize("implementation", ["triton", "reference"])
+@pytest.mark.parametrize("op", ["recurrent", "chunk_gla", "chunk_kda"])
+def test_no_rows_at_all(op, implementation):
+    """cu_seqlens [0, 0]: one empty sequence, zero rows. The output is empty, the final state is the initial
+    one, and the initial state's gradient is the final state's cotangent, all exactly. (The chunkwise
+    references once failed here, in a gather and a scatter that met an empty operand.)"""
+    cu = jnp.array([0, 0], jnp.int32)
+    H, K, V = 2, 8, 4
+    x = jnp.zeros((1, 0, H, K), jnp.float32)
+    v = jnp.zeros((1, 0, H, V), jnp.float32)
+    h0 = jax.random.normal(jax.random.key(0), (1, H, K, V), jnp.float32)
+    ct = jax.random.normal(jax.random.key(1), (1, H, K, V), jnp.float32)
+    if op == "chunk_kda":
+        def f(h0):
+            return workbench.chunk_kda(x, x, v, x, jnp.zeros((1, 0, H), jnp.float32), initial_state=h0, cu_seqlens=cu,
+                                       implementation=implementation)
+    else:
+        def f(h0):
+            return getattr(workbench, op)(x, x, v, gk=x, initial_state=h0, cu_seqlens=cu, implementation=implementation)
+    (o, final), pull = jax.vjp(f, h0)
+    (dh0,) = pull((jnp.zeros_like(o), ct))
+    assert o.shape == (1, 0, H, V)
+    np.testing.assert_array_equal(np.asarray(final), np.asarray(h0))
+    np.testing.assert_array_equal(np.asarray(dh0), np.asarray(ct))

@@ -119,6 +119,8 @@ def chunked_packed(q, k, v, a, S0, cu, *, scale, chunk_size, storage):
     valid = rows < end[:, None]
 
     def gather(x):
+        if x.shape[0] == 0:  # no rows at all (cu_seqlens [0, …, 0]): every row invalid, gather from one zero row
+            x = jnp.zeros((1, *x.shape[1:]), x.dtype)
         x = x[jnp.where(valid, rows, 0)].astype(acc)
         return jnp.where(valid[..., None, None], x, 0.0)  # rows past a chunk's end: zero
 
@@ -154,5 +156,7 @@ def chunked_packed(q, k, v, a, S0, cu, *, scale, chunk_size, storage):
     A = A + scale * jnp.einsum("nrhk,nrhk,rs->nhrs", q, k, jnp.eye(BT, dtype=acc), precision=HIGHEST)
     o = o + jnp.einsum("nhrs,nshv->nrhv", _round(A, storage), _round(v, storage), precision=HIGHEST)
 
+    if TT == 0:  # nothing to place (XLA's scatter refuses an empty operand)
+        return jnp.zeros((0, H, V), out_dtype), ST
     out = jnp.zeros((TT, H, V), acc).at[jnp.where(valid, rows, TT)].set(o, mode="drop")
     return out.astype(out_dtype), ST

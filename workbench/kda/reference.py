@@ -273,10 +273,14 @@ def chunk_stages(q, k, v, g, beta, S0, cu, *, scale, chunk_size, storage):
     valid = rows < end[:, None]
 
     def gather(x):
+        if x.shape[0] == 0:  # no rows at all (cu_seqlens [0, …, 0]): every row invalid, gather from one zero row
+            x = jnp.zeros((1, *x.shape[1:]), x.dtype)
         x = x[jnp.where(valid, rows, 0)].astype(acc)
         return jnp.where(valid.reshape(valid.shape + (1,) * (x.ndim - 2)), x, 0.0)  # past a chunk's end: 0
 
     def scatter(x):  # [NS, BT, H, ·] → [TT, H, ·]
+        if TT == 0:  # nothing to place (XLA's scatter refuses an empty operand)
+            return jnp.zeros((0, *x.shape[2:]), x.dtype)
         return jnp.zeros((TT, *x.shape[2:]), x.dtype).at[jnp.where(valid, rows, TT)].set(x, mode="drop")
 
     q, k, v, g, beta = gather(q), gather(k), gather(v), gather(g), gather(beta)
