@@ -268,6 +268,15 @@ def _gluon_misfit(q, k, sinks, bias, q_seg, seeds, static: _Static) -> str | Non
     return None if INTERPRET else _gpu_misfit()
 
 
+def _refuse_misfit(field: str, shapes: str, misfit: str | None, q, k) -> None:
+    """The ValueError for `Tuning(<field>="gluon")` on a call the Gluon kernel does not compute (misfit: what
+    the call has, from `_gluon_misfit`; None: nothing, no error)."""
+    if misfit is not None:
+        raise ValueError(f"Tuning.{field}='gluon': the Gluon {field} computes plain or causal attention with "
+                         f"{shapes}, bfloat16 or float16, on Hopper; this call has {misfit} "
+                         f"(q shape {tuple(q.shape)} {q.dtype.name}, k shape {tuple(k.shape)})")
+
+
 # With a backward to follow (the float32 copy of o written too) the Gluon forward was slower in forward+backward
 # at T 1024 and faster from 4096 on (H200, NOTES.md "The Hopper forward"); alone it was faster at every T measured.
 GLUON_WITH_BACKWARD_MIN_T = 4096
@@ -282,11 +291,7 @@ def _forward_choice(q, k, sinks, bias, q_seg, seeds, static: _Static, keep_f32: 
         if variant:
             raise ValueError(f"Tuning.forward='gluon': split_rows ({tuning.split_rows!r}) and forward_loads "
                              f"({tuning.forward_loads!r}) choose among the Triton forward's variants; leave them None")
-        misfit = _gluon_misfit(q, k, sinks, bias, q_seg, seeds, static)
-        if misfit is not None:
-            raise ValueError(f"Tuning.forward='gluon': the Gluon forward computes plain or causal attention with "
-                             f"D 64 or 128, bfloat16 or float16, on Hopper; this call has {misfit} "
-                             f"(q shape {tuple(q.shape)} {q.dtype.name}, k shape {tuple(k.shape)})")
+        _refuse_misfit("forward", "D 64 or 128", _gluon_misfit(q, k, sinks, bias, q_seg, seeds, static), q, k)
         return "gluon"
     if asked == "triton" or variant or INTERPRET:
         return "triton"
@@ -354,11 +359,8 @@ def _backward_choice(q, k, sinks, bias, q_seg, seeds, static: _Static) -> str:
     """"gluon" or "triton" (Tuning.backward; "reference" is decided before)."""
     tuning = static.tuning
     if tuning.backward == "gluon":
-        misfit = _gluon_backward_misfit(q, k, sinks, bias, q_seg, seeds, static)
-        if misfit is not None:
-            raise ValueError(f"Tuning.backward='gluon': the Gluon backward computes plain or causal attention with "
-                             f"Tq = Tk, D 64 or 128, bfloat16 or float16, on Hopper; this call has {misfit} "
-                             f"(q shape {tuple(q.shape)} {q.dtype.name}, k shape {tuple(k.shape)})")
+        _refuse_misfit("backward", "Tq = Tk, D 64 or 128",
+                       _gluon_backward_misfit(q, k, sinks, bias, q_seg, seeds, static), q, k)
         return "gluon"
     if tuning.backward == "triton" or tuning.dq is not None or INTERPRET:
         return "triton"
