@@ -786,6 +786,9 @@ def test_the_table_builder_merges_the_shapes_that_ran_and_names_those_that_did_n
     assert sorted(e["key"]["K"] for e in entries) == [32, 128]  # not the target's own 64
     assert {e["config"]["kwargs"]["BV"] for e in entries} == {32}
     assert os.environ[autotune.CACHE_VAR] == str(tmp_path / "user")  # put back
+    with pytest.raises(ValueError, match="--kernels: no_such_kernel not timed by any run of recurrent"):
+        tune.write_table(["recurrent"], ["target"], head_dims=[32], kernels=["no_such_kernel"], folder=folder)
+    assert autotune.REFRESH_VAR not in os.environ  # put back
 
 
 def test_the_default_mode_launches_the_table_config_untimed(cache_dir, tmp_path, monkeypatch):
@@ -814,6 +817,27 @@ def test_the_default_mode_launches_the_table_config_untimed(cache_dir, tmp_path,
     assert autotune.STATS["chosen_memory"] == 1
     tuned = {**chosen, "source": "tuned", "config": autotune.config_fields(p.candidates[0])}
     assert list(autotune.CHOSEN.values()) == [tuned]  # where the choice first came from
+
+
+def test_a_refresh_limited_to_other_kernels_takes_the_table_untimed(cache_dir, tmp_path, monkeypatch):
+    """WORKBENCH_AUTOTUNE=refresh with WORKBENCH_AUTOTUNE_REFRESH naming another kernel: this one takes the
+    table's config without timing (as after a change to the other kernel alone, `workbench tune --kernels`);
+    naming this kernel, or naming none, times it again."""
+    launcher = Launcher()
+    args = _arrays()
+    p = autotune.plan(recurrent_kernels.recurrent_fwd_kernel, args, _recurrent_call()[1], _recurrent_call()[2],
+                      device="NVIDIA H100", versions=autotune.versions(), grid=(1,))
+    monkeypatch.setenv(autotune.TABLE_VAR, str(_table_dir(tmp_path, [_entry(p.key, p.candidates[-1])])))
+    monkeypatch.setenv(autotune.MODE_VAR, "refresh")
+    monkeypatch.setenv(autotune.REFRESH_VAR, "chunk_dqkg_kernel, recurrent_bwd_kernel")
+    _gpu_call(args, launcher, lambda config, run: pytest.fail("not this kernel's refresh"), tune_inputs={"cu_seqlens": CU})
+    assert autotune.STATS["chosen_table"] == 1 and launcher.launches[-1]["num_warps"] == p.candidates[-1].num_warps
+    for names in ("recurrent_fwd_kernel", ""):
+        monkeypatch.setattr(autotune, "_CHOICES", {})
+        monkeypatch.setenv(autotune.REFRESH_VAR, names)
+        timed = []
+        _gpu_call(args, launcher, lambda config, run: timed.append(config) or 1.0, tune_inputs={"cu_seqlens": CU})
+        assert len(timed) >= len(p.candidates), names
 
 
 SHIPPED_TABLE_CHECK = """

@@ -61,7 +61,8 @@ from typing import Any
 
 from . import signature
 # re-exported where the autotuner's users find them: the cache folder's names and the kernels' source hash
-from .cache import CACHE_VAR, FORMAT, MODE_VAR, MODES, CacheWarning, Store, cache_dir, canonical, digest, mode  # noqa: F401
+from .cache import (CACHE_VAR, FORMAT, MODE_VAR, MODES, REFRESH_VAR, CacheWarning, Store, cache_dir,  # noqa: F401
+                    canonical, digest, mode, refreshes)
 from .kernel_hash import source_hash
 
 TABLE_VAR = "WORKBENCH_TUNING_TABLE"  # a folder of table files to read instead of the package's (tests, a new table)
@@ -418,6 +419,8 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
     if device is None:
         device = jax.devices()[0].device_kind
     p = plan(kernel, args, out_shapes, metaparams, device=device, versions=versions(), grid=grid)
+    if current == "refresh" and not refreshes(p.key["kernel"]):
+        current = "table"  # a refresh limited to other kernels (WORKBENCH_AUTOTUNE_REFRESH)
     if isinstance(tune_inputs, StandIns):  # offered to any kernel: keep the ones it takes
         tune_inputs = {name: value for name, value in tune_inputs.items() if name in p.arg_names[:len(args)]}
     elif tune_inputs:

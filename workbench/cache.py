@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 MODE_VAR = "WORKBENCH_AUTOTUNE"
+REFRESH_VAR = "WORKBENCH_AUTOTUNE_REFRESH"  # with mode refresh: only these kernels (comma list; unset: all)
 CACHE_VAR = "WORKBENCH_CACHE_DIR"
 MODES = ("table", "on", "off", "refresh")
 FORMAT = 1  # of the files; part of every key, so a new layout never reads an old file
@@ -34,6 +35,13 @@ def mode() -> str:
     if value not in MODES:
         raise ValueError(f"{MODE_VAR}: expected one of {', '.join(MODES)}, got {os.environ[MODE_VAR]!r}")
     return value
+
+
+def refreshes(kernel: str) -> bool:
+    """Whether mode `refresh` re-times `kernel`: WORKBENCH_AUTOTUNE_REFRESH unset or empty means every kernel,
+    else a comma list of kernel names (the others choose as in mode `table`)."""
+    names = {n.strip() for n in os.environ.get(REFRESH_VAR, "").split(",") if n.strip()}
+    return not names or kernel in names
 
 
 def cache_dir() -> Path:

@@ -190,6 +190,9 @@ def _tune_parser(subparsers) -> None:
                    help="comma list of dtypes (default each op's bench dtype), e.g. bfloat16,float16,float32")
     p.add_argument("--head-dims", type=_int_list, default=[], metavar="LIST",
                    help="every shape at these head dimensions (K = V, or D) instead of its own, e.g. 64,128,256")
+    p.add_argument("--kernels", default="", metavar="LIST",
+                   help="comma list of kernel names to time again (default all); the others take the table's "
+                        "choices, as after a change to those kernels alone")
     p.add_argument("--folder", type=Path, metavar="DIR", help="table folder (default the package's workbench/tuning)")
     p.set_defaults(run=_tune)
 
@@ -200,6 +203,7 @@ def _tune(args: argparse.Namespace, command: str) -> int:
     try:
         path = tune.write_table(args.op or list(bench.OPS), [s for s in args.shapes.split(",") if s],
                                 dtypes=[d for d in args.dtypes.split(",") if d], head_dims=args.head_dims,
+                                kernels=[k for k in args.kernels.split(",") if k],
                                 **({"folder": args.folder} if args.folder else {}))
     except bench.Refused as exc:
         print(f"workbench tune: refused: {exc}", file=sys.stderr)

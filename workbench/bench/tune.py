@@ -59,8 +59,10 @@ def choices_only_cache(fresh: Path, shared: Path) -> Path:
 
 
 def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequence[str] = (),
-                head_dims: Sequence[int] = (), folder: Path = tuning_table.FOLDER) -> Path:
-    """Tune, then merge into this device's table file; returns its path."""
+                head_dims: Sequence[int] = (), kernels: Sequence[str] = (), folder: Path = tuning_table.FOLDER) -> Path:
+    """Tune, then merge into this device's table file; returns its path. `kernels`: only these are timed again
+    (`WORKBENCH_AUTOTUNE_REFRESH`); the others take the table's choices (timed only where it has none). A name
+    that none of the runs launched is a ValueError after the run (nothing is written)."""
     if launch.INTERPRET:
         raise Refused("no CUDA GPU: the interpreter times nothing, and a table is a GPU's choices")
     unknown = sorted(set(ops) - set(OPS))
@@ -71,8 +73,9 @@ def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequen
     failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="workbench-tune-") as cache:
         choices_only_cache(Path(cache), autotune.cache_dir())
-        saved = {v: os.environ.get(v) for v in (autotune.CACHE_VAR, autotune.MODE_VAR)}
+        saved = {v: os.environ.get(v) for v in (autotune.CACHE_VAR, autotune.MODE_VAR, autotune.REFRESH_VAR)}
         os.environ[autotune.CACHE_VAR], os.environ[autotune.MODE_VAR] = cache, "refresh"
+        os.environ[autotune.REFRESH_VAR] = ",".join(kernels)
         try:
             for op_name in ops:
                 op = OPS[op_name]
@@ -93,6 +96,10 @@ def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequen
                 else:
                     os.environ[name] = value
         entries = tuning_table.entries_from_store(Path(cache) / "autotune")
+        unseen = sorted(set(kernels) - {e["kernel"] for e in entries})
+        if unseen:
+            raise ValueError(f"--kernels: {', '.join(unseen)} not timed by any run of {', '.join(ops)} "
+                             f"(timed: {', '.join(sorted({e['kernel'] for e in entries})) or 'none'}); nothing written")
         for line in losers(Path(cache) / "autotune"):
             say(f"tune: {line}")
     table = tuning_table.Table.load(device, folder).merged(entries)
