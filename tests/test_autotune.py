@@ -720,9 +720,13 @@ def test_the_table_builder_turns_a_tuning_run_into_entries_that_choose_the_same(
     entries = tuning_table.entries_from_store(tmp_path / "run")
     assert sorted(e["config"]["kwargs"]["BV"] for e in entries) == [16, 32]
     folder = tmp_path / "table"
-    old = tuning_table.Table("NVIDIA H100", [_entry(keys[0], configs[2])])  # an older choice for keys[0]
+    stale = {**_entry(keys[1], configs[2]), "source": "an earlier source of the kernel"}
+    other = {**_entry(keys[1], configs[2]), "kernel": "another_kernel", "source": "its own source"}
+    old = tuning_table.Table("NVIDIA H100", [_entry(keys[0], configs[2]), stale, other])  # keys[0]: an older choice
     path = old.merged(entries).write(folder)
-    assert path == tuning_table.device_file("NVIDIA H100", folder) and len(json.loads(path.read_text())) == 2
+    assert path == tuning_table.device_file("NVIDIA H100", folder)
+    written = json.loads(path.read_text())
+    assert len(written) == 3 and stale not in written and other in written  # the kernel's old source is gone
     book = autotune.Choices(autotune.Store(tmp_path / "empty"))
     assert [book.from_table(k, configs, folder).config.kwargs["BV"] for k in keys] == [32, 16]
 

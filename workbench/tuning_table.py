@@ -104,8 +104,13 @@ class Table:
 
     def merged(self, entries: Iterable[Mapping[str, Any]]) -> Table:
         """This table with `entries` added; a new entry replaces one of the same kernel, source, Triton,
-        key values and arrays."""
-        out = {_identity(e): e for e in self.entries}
+        key values and arrays, and the entries of a kernel made for another source than the new ones' go
+        (they can serve no launch of the kernel as it is now)."""
+        entries = list(entries)
+        current = {}
+        for e in entries:
+            current.setdefault(e["kernel"], set()).add(e["source"])
+        out = {_identity(e): e for e in self.entries if e["source"] in current.get(e["kernel"], {e["source"]})}
         out.update({_identity(e): dict(e) for e in entries})
         return Table(self.device, sorted(out.values(), key=lambda e: json.dumps(_identity(e), sort_keys=True)))
 
