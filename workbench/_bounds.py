@@ -120,6 +120,23 @@ def chunk_bounds(cu_seqlens, total: int, chunk_size: int):
     return jnp.stack([start, end], axis=-1)
 
 
+def to_chunks(x, rows, valid):
+    """x [total, ...] gathered into chunk slots, [NS, BT, ...]: row `rows[s, r]` where `valid[s, r]`, else 0
+    (rows and valid [NS, BT] from `chunk_slots`' start and end). With no rows at all (every sequence
+    empty) every entry is 0: XLA gathers nothing from an empty operand."""
+    if x.shape[0] == 0:
+        x = jnp.zeros((1, *x.shape[1:]), x.dtype)
+    x = x[jnp.where(valid, rows, 0)]
+    return jnp.where(valid.reshape(valid.shape + (1,) * (x.ndim - 2)), x, 0)
+
+
+def from_chunks(x, rows, valid, total: int):
+    """`to_chunks` undone: x [NS, BT, ...] placed back at its rows, [total, ...]; rows no chunk covers are 0."""
+    if total == 0:  # XLA scatters into no empty operand
+        return jnp.zeros((0, *x.shape[2:]), x.dtype)
+    return jnp.zeros((total, *x.shape[2:]), x.dtype).at[jnp.where(valid, rows, total)].set(x, mode="drop")
+
+
 class StandIns(dict):
     """Stand-ins offered to every launch of an op (e.g. its `cu_seqlens` and chunk-slot `bounds`):
     each launch uses those its kernel takes and skips the rest, where a plain dict given as

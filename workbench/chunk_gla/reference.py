@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._sharding import vary_like
-from .._bounds import bounds_rule, chunk_slots
+from .._bounds import bounds_rule, chunk_slots, from_chunks, to_chunks
 from .._precision import highest_precision
 from .._precision import round_to as _round  # the kernel's rounding, kept by XLA on GPU
 from ..recurrent.reference import recurrent_ref
@@ -118,13 +118,7 @@ def chunked_packed(q, k, v, a, S0, cu, *, scale, chunk_size, storage):
     rows = start[:, None] + jnp.arange(BT, dtype=jnp.int32)  # [NS, BT]
     valid = rows < end[:, None]
 
-    def gather(x):
-        if x.shape[0] == 0:  # no rows at all (cu_seqlens [0, …, 0]): every row invalid, gather from one zero row
-            x = jnp.zeros((1, *x.shape[1:]), x.dtype)
-        x = x[jnp.where(valid, rows, 0)].astype(acc)
-        return jnp.where(valid[..., None, None], x, 0.0)  # rows past a chunk's end: zero
-
-    q, k, v, a = gather(q), gather(k), gather(v), gather(a)  # [NS, BT, H, ·]
+    q, k, v, a = (to_chunks(x, rows, valid).astype(acc) for x in (q, k, v, a))  # [NS, BT, H, ·], 0 past an end
 
     b = jnp.cumsum(a, axis=1)  # (gla.3) chunk-local prefix sums
     bL = b[:, -1]  # [NS, H, K]: b at the last row (zero gates past a chunk's end leave it unchanged)
@@ -156,7 +150,4 @@ def chunked_packed(q, k, v, a, S0, cu, *, scale, chunk_size, storage):
     A = A + scale * jnp.einsum("nrhk,nrhk,rs->nhrs", q, k, jnp.eye(BT, dtype=acc), precision=HIGHEST)
     o = o + jnp.einsum("nhrs,nshv->nrhv", _round(A, storage), _round(v, storage), precision=HIGHEST)
 
-    if TT == 0:  # nothing to place (XLA's scatter refuses an empty operand)
-        return jnp.zeros((0, H, V), out_dtype), ST
-    out = jnp.zeros((TT, H, V), acc).at[jnp.where(valid, rows, TT)].set(o, mode="drop")
-    return out.astype(out_dtype), ST
+    return from_chunks(o, rows, valid, TT).astype(out_dtype), ST

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._sharding import vary_like
-from .._bounds import bounds_rule, chunk_slots, keep_inside, packed_rows
+from .._bounds import bounds_rule, chunk_slots, from_chunks, keep_inside, packed_rows, to_chunks
 from .._precision import highest_precision
 from .._precision import round_to as _round  # the kernel's rounding, kept by XLA on GPU
 
@@ -272,18 +272,10 @@ def chunk_stages(q, k, v, g, beta, S0, cu, *, scale, chunk_size, storage):
     rows = start[:, None] + jnp.arange(BT, dtype=jnp.int32)  # [NS, BT]
     valid = rows < end[:, None]
 
-    def gather(x):
-        if x.shape[0] == 0:  # no rows at all (cu_seqlens [0, …, 0]): every row invalid, gather from one zero row
-            x = jnp.zeros((1, *x.shape[1:]), x.dtype)
-        x = x[jnp.where(valid, rows, 0)].astype(acc)
-        return jnp.where(valid.reshape(valid.shape + (1,) * (x.ndim - 2)), x, 0.0)  # past a chunk's end: 0
-
     def scatter(x):  # [NS, BT, H, ·] → [TT, H, ·]
-        if TT == 0:  # nothing to place (XLA's scatter refuses an empty operand)
-            return jnp.zeros((0, *x.shape[2:]), x.dtype)
-        return jnp.zeros((TT, *x.shape[2:]), x.dtype).at[jnp.where(valid, rows, TT)].set(x, mode="drop")
+        return from_chunks(x, rows, valid, TT)
 
-    q, k, v, g, beta = gather(q), gather(k), gather(v), gather(g), gather(beta)
+    q, k, v, g, beta = (to_chunks(x, rows, valid).astype(acc) for x in (q, k, v, g, beta))  # 0 past an end
     b = chunk_cumsum(g)
     L, Aqk = intra_matrices(q, k, b, beta, scale)
     A = invert_unit_lower(L)
