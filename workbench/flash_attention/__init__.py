@@ -379,7 +379,7 @@ def _backward_gluon(q, k, v, do, lse2, delta, static: _Static, grad_dtype):
         + [jax.ShapeDtypeStruct(q.shape, jnp.float32)],
         grid=(triton.cdiv(T, gluon_backward.BLOCK_N), B * k.shape[2]), zeroed_outputs=(2,),
         name="workbench_flash_bwd_gluon", num_warps=config.pop("num_warps"), maxnreg=config.pop("maxnreg"), H=H,
-        HKV=k.shape[2], D=D, CAUSAL=static.spec.causal, **config,
+        HKV=k.shape[2], D=D, CAUSAL=static.spec.causal, DEFER=gluon_backward.DEFER_DQ[static.spec.causal], **config,
     )
     return (dq * static.spec.scale).astype(grad_dtype or q.dtype), dk, dv  # (fa.5) dQ = scale · dS K
 

@@ -12,14 +12,17 @@ walks the query tiles of every head of its group. Three partitions share its sha
   - two warp groups each own 64 of the keys (their K, V rows stay in shared memory, their dK, dV accumulate in
     registers) and take turns issuing Sᵀ = K qᵀ and dPᵀ = V dOᵀ (named barriers 14 and 15, as in the forward:
     `gluon_kernels.py`), so that one group's exponentials run while the other's products do;
-  - each group forms dV += Pᵀ dO and dK += dSᵀ q from registers, stores its dSᵀ into a shared [128 keys, 64 rows]
-    tile (double-buffered) and, once both groups have (named barrier 13), forms dQ for half of D's columns,
-    dS (64 rows × 128 keys) · K[:, its columns], which one TMA reduction adds into float32 dq (unscaled, zeroed
-    by the launch).
+  - each group forms dV += Pᵀ dO and dK += dSᵀ q from registers and stores its dSᵀ into a shared [128 keys, 64
+    rows] tile (three buffers); one step later, once the other group's half of that tile is there too (named
+    barriers 10-13, one per group and parity, arrived at by the storing group, waited at by the other), it
+    forms dQ for half of D's columns, dS (64 rows × 128 keys) · K[:, its columns], which one TMA reduction adds
+    into float32 dq (unscaled, zeroed by the launch). Issued in the step it was stored, that product made each
+    group wait for the other every step, which kept them in lock step.
 
 lse2 and δ come to shared memory with their tiles and are read just before use; held in registers across the
-products they made the groups spill. Rows past T (the next batch's, read by the tiles' TMA) get P = 0 from an
-lse2 of +∞, keys past T a mask; neither writes anything but zeros.
+products they made the groups spill. Rows past T (the next batch's, read by the tiles' TMA) get P = 0 from the
+padding's lse2 of +∞, keys past T a mask; neither writes anything but zeros. The mask (keys past T, causal) is
+formed only in tiles that need it.
 """
 
 import jax.numpy as jnp
@@ -28,18 +31,42 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .gluon_kernels import named_barrier, release_slot, turn_pass, turn_wait
+from .gluon_kernels import release_slot, turn_pass, turn_wait
 
 BK = gl.constexpr(64)  # keys of one warp group; a program's block is 2·BK
 BLOCK_N = 2 * BK.value
-DS_BARRIER = gl.constexpr(13)  # the named barrier at which both groups' dSᵀ of a tile are in shared memory
+DS_BARRIER0 = gl.constexpr(10)  # named barriers 10-13: group g's dSᵀ of a tile of parity p is in shared memory
+DS_BARRIERS = tuple(range(DS_BARRIER0.value, DS_BARRIER0.value + 4))
+NDS = gl.constexpr(3)  # dSᵀ buffers: a tile's dQ reads them one tile later (the module's note)
+
+
+@gluon.constexpr_function
+def _ds_asm(op, barrier):
+    return f"bar.{op} {barrier}, 256;"
 
 
 @gluon.jit
-def _ds_ready():
-    """Both groups' dSᵀ of this tile are in shared memory (both groups' 256 threads meet at DS_BARRIER, each
-    group from its own code: the barrier's non-aligned form, `named_barrier`)."""
-    gl.inline_asm(named_barrier("sync", DS_BARRIER, aligned=False))
+def _ds_signal(op: gl.constexpr, WG: gl.constexpr, t):
+    """`bar.<op>` on the named barrier that says group WG's dSᵀ of tile t is in shared memory: one per group
+    and parity of t, so that a group cannot arrive twice on one before the other group's wait (it arrives for
+    t + 2 only after waiting for the other's dSᵀ of t + 1, which the other stores after its wait for t). The
+    id is an immediate (the compile test reads it from the SASS): one branch per parity."""
+    if (t & 1) == 0:
+        gl.inline_asm(_ds_asm(op, DS_BARRIER0 + 2 * WG))
+    else:
+        gl.inline_asm(_ds_asm(op, DS_BARRIER0 + 2 * WG + 1))
+
+
+@gluon.jit
+def _ds_stored(WG: gl.constexpr, t):
+    """This group's dSᵀ of tile t is in shared memory: it arrives, the other group waits (`_ds_wait`)."""
+    _ds_signal("arrive", WG, t)
+
+
+@gluon.jit
+def _ds_wait(WG: gl.constexpr, t):
+    """Wait until the other group's dSᵀ of tile t is in shared memory."""
+    _ds_signal("sync", 1 - WG, t)
 
 
 @gluon.jit
@@ -65,11 +92,33 @@ def _load_q_do(q_desc, do_desc, lse_desc, delta_desc, q_bufs, do_bufs, lse_bufs,
 
 
 @gluon.jit
+def _dq_issue(ds_smem, k_cols, dq_zero, t, WG: gl.constexpr):
+    """(fa.5) dQ of tile t for this group's half of D's columns, dS (both groups' keys) · K[:, columns], issued
+    once the other group's dSᵀ of the tile is in shared memory."""
+    _ds_wait(WG, t)
+    return warpgroup_mma(ds_smem.index((t + NDS) % NDS).permute((1, 0)), k_cols, dq_zero, use_acc=False,
+                         is_async=True)
+
+
+@gluon.jit
+def _dq_store(dq_part, dq_smem, dq_desc, row, col):
+    """The finished dQ share to shared memory and one TMA reduction into dq (the previous one has read it)."""
+    tma.store_wait(0)
+    dq_smem.store(dq_part)
+    fence_async_shared()
+    tma.async_atomic_add(dq_desc, [row, col], dq_smem)
+
+
+@gluon.jit
 def _group(k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_smem, dq_smem, q_ready, do_ready,
            q_empty, do_empty, dq_desc, dk, dv, row0, col_h0, n0, lo, n_tiles, G, T, qk_scale, scale, hk,
            WG: gl.constexpr, HKV: gl.constexpr, BM: gl.constexpr, D: gl.constexpr, NBUF: gl.constexpr,
-           CAUSAL: gl.constexpr):
-    """Keys [n0 + WG·BK, n0 + (WG+1)·BK) of the block: their dK, dV; their share of every tile's dQ."""
+           CAUSAL: gl.constexpr, DEFER: gl.constexpr):
+    """Keys [n0 + WG·BK, n0 + (WG+1)·BK) of the block: their dK, dV; their share of every tile's dQ.
+
+    Tile t's dQ is issued in step t + 1, after that step's dV and dK: by then the other group stored its dSᵀ of
+    tile t half a step ago, so neither group waits on the other there (a wait in the same step kept the groups
+    in lock step, their exponentials together instead of beside the other's products)."""
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BM, 16])
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -83,17 +132,22 @@ def _group(k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_sme
     dv_acc = gl.zeros([BK, D], gl.float32, layout=acc_layout)
     st_zero = gl.zeros([BK, BM], gl.float32, layout=st_layout)
     dq_zero = gl.zeros([BM, D // 2], gl.float32, layout=dq_layout)
-    o_n = n0 + WG * BK + gl.arange(0, BK, layout=gl.SliceLayout(1, st_layout))
+    n_first = n0 + WG * BK  # this group's first key
+    o_n = n_first + gl.arange(0, BK, layout=gl.SliceLayout(1, st_layout))
+    col_wg = col_h0 + WG * (D // 2)
     if WG == 1:
         turn_pass(1)  # group 0 goes first
+    if DEFER:
+        _ds_stored(WG, -1)  # step 0's dQ product waits for "tile −1"
     mbarrier.wait(kv_bar, 0)
     t = 0
+    dq_row = row0  # where the previous tile's dQ share goes
+    dq_col = col_wg
     for g in range(G):
         for j in range(n_tiles):
             m0 = lo + j * BM
             i = t % NBUF
             ph = (t // NBUF) & 1
-            o_m = m0 + gl.arange(0, BM, layout=gl.SliceLayout(0, st_layout))
             mbarrier.wait(q_ready.index(i), ph)
             mbarrier.wait(do_ready.index(i), ph)
             turn_wait(WG)
@@ -102,33 +156,52 @@ def _group(k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_sme
             if (WG == 0) | (t < G * n_tiles - 1):  # group 1's last pass would meet no wait
                 turn_pass(WG)
             st = warpgroup_mma_wait(1, deps=(st, ))
-            b_lse2 = lse_bufs.index(i).load(gl.SliceLayout(0, st_layout))
-            b_lse2 = gl.where(o_m < T, b_lse2, float("inf"))  # rows past T: P = 0
+            b_lse2 = lse_bufs.index(i).load(gl.SliceLayout(0, st_layout))  # rows past T: +∞ (padded), P = 0
             pt = gl.exp2(st * qk_scale - gl.expand_dims(b_lse2, 0))  # (fa.5) Pᵀ
-            seen = gl.expand_dims(o_n < T, 1)
+            # a mask only where the tile holds keys past T, or (causal) keys after one of its rows
+            masked = n_first + BK > T
             if CAUSAL:
-                seen = seen & (gl.expand_dims(o_m, 0) >= gl.expand_dims(o_n, 1))
-            pt = gl.where(seen, pt, 0.0)
+                masked = masked | (n_first + BK - 1 > m0)
+            if masked:
+                o_m = m0 + gl.arange(0, BM, layout=gl.SliceLayout(0, st_layout))
+                seen = gl.expand_dims(o_n < T, 1)
+                if CAUSAL:
+                    seen = seen & (gl.expand_dims(o_m, 0) >= gl.expand_dims(o_n, 1))
+                pt = gl.where(seen, pt, 0.0)
             dpt = warpgroup_mma_wait(0, deps=(dpt, ))
             b_delta = delta_bufs.index(i).load(gl.SliceLayout(0, st_layout))
             dst = (pt * (dpt - gl.expand_dims(b_delta, 0))).to(dtype)  # (fa.5) dSᵀ = Pᵀ ∘ (dPᵀ − δ)
             dv_acc = warpgroup_mma(gl.convert_layout(pt.to(dtype), op_layout), do_bufs.index(i), dv_acc, is_async=True)
             dk_acc = warpgroup_mma(gl.convert_layout(dst, op_layout), q_bufs.index(i), dk_acc, is_async=True)
-            ds_both = ds_smem.index(t % 2)  # [2·BK keys of both groups, BM]
-            ds_both.slice(WG * BK, BK).store(dst)
+            if DEFER:  # the previous tile's dQ, its dSᵀ (both groups') stored a step ago; in step 0 a product of a
+                # buffer no tile wrote yet, dropped (the groups' arrivals for "tile −1" before the loop let it through)
+                dq_part = _dq_issue(ds_smem, k_cols, dq_zero, t - 1, WG)
+            # buffer t mod 3 was last read by both groups' dQ of tile t − 3 (deferred: waited for in step t − 2,
+            # before the other group stored tile t − 1's dSᵀ, which this group waited for just above)
+            ds_smem.index(t % NDS).slice(WG * BK, BK).store(dst)
             fence_async_shared()
-            _ds_ready()
-            dq_part = warpgroup_mma(ds_both.permute((1, 0)), k_cols, dq_zero, use_acc=False, is_async=True)
+            _ds_stored(WG, t)
+            if not DEFER:
+                dq_part = _dq_issue(ds_smem, k_cols, dq_zero, t, WG)
+                dq_row = row0 + m0
+                dq_col = col_wg + g * D
             dv_acc, dk_acc, dq_part = warpgroup_mma_wait(0, deps=(dv_acc, dk_acc, dq_part))
+            if DEFER:
+                if t > 0:
+                    _dq_store(dq_part, dq_smem, dq_desc, dq_row, dq_col)
+            else:
+                _dq_store(dq_part, dq_smem, dq_desc, dq_row, dq_col)
             release_slot(q_empty.index(i))
             release_slot(do_empty.index(i))
-            tma.store_wait(0)  # the last reduction has read dq_smem
-            dq_smem.store(dq_part)
-            fence_async_shared()
-            tma.async_atomic_add(dq_desc, [row0 + m0, col_h0 + g * D + WG * (D // 2)], dq_smem)
+            dq_row = row0 + m0
+            dq_col = col_wg + g * D
             t += 1
+    if DEFER:
+        dq_part = _dq_issue(ds_smem, k_cols, dq_zero, t - 1, WG)
+        dq_part = warpgroup_mma_wait(0, deps=(dq_part, ))
+        _dq_store(dq_part, dq_smem, dq_desc, dq_row, dq_col)
     tma.store_wait(0)
-    o_k = n0 + WG * BK + gl.arange(0, BK, layout=gl.SliceLayout(1, acc_layout))
+    o_k = n_first + gl.arange(0, BK, layout=gl.SliceLayout(1, acc_layout))
     o_d = gl.arange(0, D, layout=gl.SliceLayout(0, acc_layout))
     offs = gl.expand_dims(((row0 + o_k).to(gl.int64) * HKV + hk) * D, 1) + gl.expand_dims(o_d, 0)
     keep = gl.expand_dims(o_k < T, 1)
@@ -139,17 +212,18 @@ def _group(k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_sme
 @gluon.jit
 def _group_1(k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_smem, dq_smem, q_ready, do_ready,
              q_empty, do_empty, dq_desc, dk, dv, row0, col_h0, n0, lo, n_tiles, G, T, qk_scale, scale, hk,
-             HKV: gl.constexpr, BM: gl.constexpr, D: gl.constexpr, NBUF: gl.constexpr, CAUSAL: gl.constexpr):
+             HKV: gl.constexpr, BM: gl.constexpr, D: gl.constexpr, NBUF: gl.constexpr, CAUSAL: gl.constexpr,
+             DEFER: gl.constexpr):
     """The worker partition's entry: `_group` for the second half of the keys."""
     _group(k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_smem, dq_smem, q_ready, do_ready,
            q_empty, do_empty, dq_desc, dk, dv, row0, col_h0, n0, lo, n_tiles, G, T, qk_scale, scale, hk, 1, HKV, BM,
-           D, NBUF, CAUSAL)
+           D, NBUF, CAUSAL, DEFER)
 
 
 @gluon.jit
 def flash_bwd_pingpong_kernel(q, k, v, do, lse2, delta, B, T, TP, scale, dk, dv, dq, H: gl.constexpr,
                               HKV: gl.constexpr, D: gl.constexpr, BM: gl.constexpr, NBUF: gl.constexpr,
-                              REGS: gl.constexpr, CAUSAL: gl.constexpr):
+                              REGS: gl.constexpr, CAUSAL: gl.constexpr, DEFER: gl.constexpr):
     """dk, dv of 128 keys of one (batch, kv head), and their share of dq; grid (cdiv(T, 128), B·HKV), num_warps
     4 (the first group; the second group and the loading warp are workers). TP: lse2's and δ's row length, T
     padded to a multiple of BM (`padded_stats`)."""
@@ -189,7 +263,7 @@ def flash_bwd_pingpong_kernel(q, k, v, do, lse2, delta, B, T, TP, scale, dk, dv,
     do_bufs = gl.allocate_shared_memory(dtype, [NBUF, BM, D], q_layout)
     lse_bufs = gl.allocate_shared_memory(gl.float32, [NBUF, BM], vec_layout)
     delta_bufs = gl.allocate_shared_memory(gl.float32, [NBUF, BM], vec_layout)
-    ds_smem = gl.allocate_shared_memory(dtype, [2, BN, BM], ds_layout)
+    ds_smem = gl.allocate_shared_memory(dtype, [NDS, BN, BM], ds_layout)
     dq_smem = gl.allocate_shared_memory(gl.float32, [2, BM, D // 2], f32_layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
@@ -210,16 +284,17 @@ def flash_bwd_pingpong_kernel(q, k, v, do, lse2, delta, B, T, TP, scale, dk, dv,
     gl.warp_specialize([
         (_group, (k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_smem, dq_smem.index(0), q_ready,
                   do_ready, q_empty, do_empty, dq_desc, dk, dv, row0, col_h0, n0, lo, n_tiles, G, T, qk_scale, scale,
-                  hk, 0, HKV, BM, D, NBUF, CAUSAL)),
+                  hk, 0, HKV, BM, D, NBUF, CAUSAL, DEFER)),
         (_group_1, (k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_smem, dq_smem.index(1),
                     q_ready, do_ready, q_empty, do_empty, dq_desc, dk, dv, row0, col_h0, n0, lo, n_tiles, G, T,
-                    qk_scale, scale, hk, HKV, BM, D, NBUF, CAUSAL)),
+                    qk_scale, scale, hk, HKV, BM, D, NBUF, CAUSAL, DEFER)),
         (_load_q_do, (q_desc, do_desc, lse_desc, delta_desc, q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready,
                       do_ready, q_empty, do_empty, row0, col_h0, stat0, TP, lo, n_tiles, G, BM, D, NBUF)),
     ], [4, 1], [REGS, 24])
 
 
 CONFIG = dict(BM=64, NBUF=2, REGS=240, num_warps=4, maxnreg=168)  # the probe's (v4, v5 in data/bench)
+DEFER_DQ = {True: True, False: False}  # causal → each tile's dQ one step later (NOTES.md, "The Hopper backward")
 
 
 def padded_stats(lse2, delta):
