@@ -13,11 +13,12 @@ walks the query tiles of every head of its group. Three partitions share its sha
     registers) and take turns issuing Sᵀ = K qᵀ and dPᵀ = V dOᵀ (named barriers 14 and 15, as in the forward:
     `gluon_kernels.py`), so that one group's exponentials run while the other's products do;
   - each group forms dV += Pᵀ dO and dK += dSᵀ q from registers and stores its dSᵀ into a shared [128 keys, 64
-    rows] tile (three buffers); one step later, once the other group's half of that tile is there too (named
-    barriers 10-13, one per group and parity, arrived at by the storing group, waited at by the other), it
-    forms dQ for half of D's columns, dS (64 rows × 128 keys) · K[:, its columns], which one TMA reduction adds
-    into float32 dq (unscaled, zeroed by the launch). Issued in the step it was stored, that product made each
-    group wait for the other every step, which kept them in lock step.
+    rows] tile (three buffers); once the other group's half of that tile is there too (named barriers 10-13, one
+    per group and parity, arrived at by the storing group, waited at by the other), it forms dQ for half of D's
+    columns, dS (64 rows × 128 keys) · K[:, its columns], which one TMA reduction adds into float32 dq
+    (unscaled, zeroed by the launch). Causal launches form it one step later (DEFER, `DEFER_DQ`): issued in the
+    step it was stored, that product makes each group wait for the other every step, which kept them in lock
+    step; non-causal ones measured faster in the same step.
 
 lse2 and δ come to shared memory with their tiles and are read just before use; held in registers across the
 products they made the groups spill. Rows past T (the next batch's, read by the tiles' TMA) get P = 0 from the
@@ -31,7 +32,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .gluon_kernels import release_slot, turn_pass, turn_wait
+from .gluon_kernels import named_barrier, release_slot, turn_pass, turn_wait
 
 BK = gl.constexpr(64)  # keys of one warp group; a program's block is 2·BK
 BLOCK_N = 2 * BK.value
@@ -40,21 +41,17 @@ DS_BARRIERS = tuple(range(DS_BARRIER0.value, DS_BARRIER0.value + 4))
 NDS = gl.constexpr(3)  # dSᵀ buffers: a tile's dQ reads them one tile later (the module's note)
 
 
-@gluon.constexpr_function
-def _ds_asm(op, barrier):
-    return f"bar.{op} {barrier}, 256;"
-
-
 @gluon.jit
 def _ds_signal(op: gl.constexpr, WG: gl.constexpr, t):
     """`bar.<op>` on the named barrier that says group WG's dSᵀ of tile t is in shared memory: one per group
     and parity of t, so that a group cannot arrive twice on one before the other group's wait (it arrives for
-    t + 2 only after waiting for the other's dSᵀ of t + 1, which the other stores after its wait for t). The
-    id is an immediate (the compile test reads it from the SASS): one branch per parity."""
+    t + 2 only after waiting for the other's dSᵀ of t + 1, which the other stores after its wait for t, with
+    DEFER or without). The id is an immediate (the compile test reads it from the SASS): one branch per parity.
+    One group's code arrives and the other's waits, as at the turns: PTX's aligned form."""
     if (t & 1) == 0:
-        gl.inline_asm(_ds_asm(op, DS_BARRIER0 + 2 * WG))
+        gl.inline_asm(named_barrier(op, DS_BARRIER0 + 2 * WG))
     else:
-        gl.inline_asm(_ds_asm(op, DS_BARRIER0 + 2 * WG + 1))
+        gl.inline_asm(named_barrier(op, DS_BARRIER0 + 2 * WG + 1))
 
 
 @gluon.jit
@@ -116,9 +113,10 @@ def _group(k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_sme
            CAUSAL: gl.constexpr, DEFER: gl.constexpr):
     """Keys [n0 + WG·BK, n0 + (WG+1)·BK) of the block: their dK, dV; their share of every tile's dQ.
 
-    Tile t's dQ is issued in step t + 1, after that step's dV and dK: by then the other group stored its dSᵀ of
-    tile t half a step ago, so neither group waits on the other there (a wait in the same step kept the groups
-    in lock step, their exponentials together instead of beside the other's products)."""
+    With DEFER, tile t's dQ is issued in step t + 1, after that step's dV and dK: by then the other group stored
+    its dSᵀ of tile t half a step ago, so neither group waits on the other there (a wait in the same step kept
+    the groups in lock step, their exponentials together instead of beside the other's products); without, in
+    step t, after both groups' dSᵀ of the tile are stored."""
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BM, 16])
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
