@@ -10,10 +10,11 @@ GPU. Each output file keeps its hand-written prose; only the text between the ma
 with a title and the block). Which record speaks for an op:
 
 * target: among the op's complete, compiled (not interpreted) records of the `target` shape set in
-  which at least one peer was measured, the one timed with the most calls per sample (`--reps`:
-  back-to-back calls measure device time, one call per sample adds launch latency), the latest of
-  those. Its Triton row gives the time and `ratio_to_best_peer` (our median ÷ the fastest correct
-  peer's in the same run; below 1 is faster);
+  which at least one peer was measured, the latest of those timed for device time: several calls per
+  sample (`--reps` above 1: back-to-back calls) or `--timer copies` (copies of the call in one
+  program); only where none is, the latest of the others (one call per sample adds launch latency).
+  Its Triton row gives the time and `ratio_to_best_peer` (our median ÷ the fastest correct peer's
+  in the same run; below 1 is faster);
 * sweep: for every sequence length of the op's `sweep` records, the latest record that timed it with
   a peer (a long sweep is recorded in parts, `--T`; a run cut short counts for the shapes it finished);
 * ring_attention (weak scaling, no peer): the latest record, at its largest device count, zigzag
@@ -67,6 +68,11 @@ class Record:
     @property
     def reps(self) -> int:
         return self.data.get("reps") or 1
+
+    @property
+    def device_timed(self) -> bool:
+        """Timed so that launch latency is amortised: back-to-back calls, or copies in one program."""
+        return self.reps > 1 or self.data.get("timer") == "copies"
 
     def rows(self, implementation: str | None = None, kind: str | None = None) -> list[dict]:
         return [r for r in self.data.get("results", []) if r.get("status") == "ok"
@@ -154,7 +160,7 @@ def target_rows(records: list[Record]) -> list[Row]:
                       and r.data.get("complete") is not False and any(_timing(r, s) for s in r.data["shapes"])]
         if not candidates:
             continue
-        record = max(candidates, key=lambda r: (r.reps, r.date))
+        record = max(candidates, key=lambda r: (r.device_timed, r.date))
         for shape in record.data["shapes"]:
             timing = _timing(record, shape)
             if timing is None:

@@ -249,7 +249,7 @@ def test_perf_table_has_a_row_per_recorded_op(tmp_path):
     assert readme.read_text().startswith("intro\n") and readme.read_text().endswith("outro\n")
 
 
-def _record(op, date, *, ours, peer, reps=10, complete=None, shape_set="target"):
+def _record(op, date, *, ours, peer, reps=10, complete=None, shape_set="target", timer=None):
     """A minimal `workbench bench` record: our forward and forward+backward times and one peer's."""
     shape = {"B": 1, "T": 64, "H": 2, "K": 16, "V": 16}
     results = []
@@ -261,15 +261,22 @@ def _record(op, date, *, ours, peer, reps=10, complete=None, shape_set="target")
               "shape_set": shape_set, "shapes": [shape], "results": results}
     if complete is not None:
         record["complete"] = complete
+    if timer is not None:
+        record["timer"] = timer
     return record
 
 
-def test_perf_table_picks_the_latest_complete_record_at_the_most_reps(tmp_path):
+def test_perf_table_picks_the_latest_complete_device_timed_record(tmp_path):
+    """Device-timed: several calls per sample, or copies of the call in one program (`--timer copies`, one
+    call per sample of a program that holds them); a later record timed one call per sample, or cut short,
+    does not speak for the op."""
     bench = tmp_path / "bench"
     bench.mkdir()
     records = {
         "newop-20260101T000000Z": _record("newop", "2026-01-01T00:00:00", ours=(1.0, 4.0), peer=(2.0, 8.0)),
         "newop-20260102T000000Z": _record("newop", "2026-01-02T00:00:00", ours=(3.0, 6.0), peer=(2.0, 8.0)),
+        "newop-20260102T120000Z": _record("newop", "2026-01-02T12:00:00", ours=(3.0, 4.0), peer=(2.0, 8.0), reps=1,
+                                          timer="copies"),
         "newop-20260103T000000Z": _record("newop", "2026-01-03T00:00:00", ours=(9.0, 9.0), peer=(1.0, 1.0), reps=1),
         "newop-20260104T000000Z": _record("newop", "2026-01-04T00:00:00", ours=(7.0, 7.0), peer=(1.0, 1.0),
                                           complete=False),
@@ -282,8 +289,8 @@ def test_perf_table_picks_the_latest_complete_record_at_the_most_reps(tmp_path):
                              "--autotune-doc", _autotune_doc(tmp_path))
     assert result.returncode == 0, result.stderr
     rows = _table_rows(readme.read_text())
-    assert rows == ["| newop | TestGPU | 3.00 ms (1.50) | 6.00 ms (0.75) | peerlib.op |"], rows
-    assert "newop-20260102T000000Z.json" in (tmp_path / "performance.md").read_text()
+    assert rows == ["| newop | TestGPU | 3.00 ms (1.50) | 4.00 ms (0.50) | peerlib.op |"], rows
+    assert "newop-20260102T120000Z.json" in (tmp_path / "performance.md").read_text()
 
 
 def _autotune_doc(tmp_path):
