@@ -99,3 +99,63 @@ def test_the_lse_floor_grows_where_the_bias_cancels_the_scores():
     errs = [abs(float(jnp.sum(t) + bias[0, 0, 0, 0]) - s) / abs(s) for t in (terms, terms[::-1], jnp.roll(terms, 5))]
     assert max(errs) <= atol, (errs, atol)
     assert max(errs) > testing.ATOL["float32"], errs
+
+
+def _cancelling_dot(seed, scale_last=True):
+    """a, b (float32, 8 terms) whose products sum to about 1e-3 of their size."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(8).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    if scale_last:
+        a[-1] = np.float32((1e-2 - float(np.dot(a[:-1].astype(np.float64), b[:-1]))) / b[-1])
+    return jnp.asarray(a), jnp.asarray(b)
+
+
+def _sum_in_order(p, order):
+    """p's elements added one at a time in `order` (float adds, which XLA does not reorder)."""
+    total = p[order[0]]
+    for i in order[1:]:
+        total = total + p[i]
+    return total[None]
+
+
+def _sum_last_first(a, b):
+    return _sum_in_order(a * b, range(7, -1, -1))
+
+
+def _sum_first_last(a, b):
+    return _sum_in_order(a * b, range(8))
+
+
+@pytest.mark.parametrize("seed", [3, 10])
+def test_the_perturbation_floor_admits_another_order_of_a_sum_whose_terms_cancel(seed):
+    """The same eight products summed last-first against first-last: each order errs by up to u·Σ|terms|, about
+    100 times the sum here, and which is the closer is luck; the plain rule (1.5× the reference's error) fails
+    the one that drew worse, the oracle's change under a float32 rounding of the inputs admits it."""
+    args = _cancelling_dot(seed)
+    plain = testing.check(_sum_last_first, _sum_first_last, args, argnums=(), seed=seed)
+    floored = testing.check(_sum_last_first, _sum_first_last, args, argnums=(), seed=seed,
+                            perturbation=testing.PERTURBATION)
+    assert not plain.comparisons[0].ok and floored.comparisons[0].ok, (plain.comparisons[0], floored.comparisons[0])
+
+
+@pytest.mark.parametrize("cancel", [False, True], ids=["well-conditioned", "cancelling"])
+def test_the_perturbation_floor_still_fails_a_wrong_sum(cancel):
+    """A sum off by 1e-5 of its terms' size: past the floor, which is u (6e-8) of it, by far."""
+    a, b = _cancelling_dot(10, scale_last=cancel)
+    if not cancel:
+        a, b = jnp.abs(a), jnp.abs(b)
+    size = float(jnp.sum(jnp.abs(a * b)))
+    report = testing.check(lambda a, b: _sum_first_last(a, b) + 1e-5 * size, _sum_first_last, (a, b), argnums=(),
+                           perturbation=testing.PERTURBATION)
+    assert not report.comparisons[0].ok, report.comparisons[0]
+
+
+def test_perturbed_moves_floating_leaves_by_at_most_the_given_size():
+    """Every floating element moves by at most rel of itself (and most by some), integers not at all."""
+    with jax.enable_x64(True):
+        tree = {"x": jnp.linspace(1.0, 2.0, 64, dtype=jnp.float64), "n": jnp.arange(4)}
+        moved = testing.perturbed(tree, 0, 1e-6)
+        change = np.abs(np.asarray(moved["x"]) / np.asarray(tree["x"]) - 1)
+        assert change.max() <= 1e-6 and (change > 1e-8).mean() > 0.9
+        assert np.array_equal(np.asarray(moved["n"]), np.asarray(tree["n"]))

@@ -297,7 +297,7 @@ def _gradient_names(parameter: str, grads) -> list[str]:
 def check(fn: Callable, reference: Callable, args: Sequence, *, argnums: Sequence[int] | None = None,
           cotangents=None, ratio: float = RATIO, seed: int = 0, output_names: Sequence[str] | None = None,
           arg_names: Sequence[str] | None = None, keep_arrays: Sequence[str] = (), jit: bool = True,
-          title: str = "") -> Report:
+          title: str = "", perturbation: float | None = None) -> Report:
     """Hold `fn` to the error budget against `reference`: every output and every gradient.
 
     fn, reference: functions of the same positional `args` (pass static options with functools.partial);
@@ -311,7 +311,11 @@ def check(fn: Callable, reference: Callable, args: Sequence, *, argnums: Sequenc
 
     Each passes when err(kernel, oracle) ≤ ratio · max(err(reference, oracle), rounding) + atol, err the
     RMS-relative error, `rounding` the RMS of rounding the result to its dtype (`compare_with_floor`),
-    atol `ATOL[dtype]`. Gradients are taken with respect to `argnums` (default: every argument that is a
+    atol `ATOL[dtype]`. With `perturbation` u, the oracle runs once more on every floating argument and
+    cotangent times (1 + u·r), r uniform in [−1, 1] (`perturbed`): how far that moves an output is the error an
+    exact computation on inputs rounded at u may have (where a result is a sum whose terms cancel, u·Σ|terms|
+    against its size), and it joins the reference's error in quadrature (`compare_with_floor`). u =
+    `PERTURBATION` (float32's unit roundoff, the precision the kernels accumulate in) is the usual one. Gradients are taken with respect to `argnums` (default: every argument that is a
     floating array), with `cotangents` (default: random normal ones drawn from `seed`, one per output,
     never all ones); they are named `d<parameter>` after `arg_names` or `reference`'s signature (`d<key>`
     for an argument that is a dict of arrays). Outputs
@@ -333,7 +337,7 @@ def check(fn: Callable, reference: Callable, args: Sequence, *, argnums: Sequenc
                              f"{jax.tree.map(lambda x: getattr(x, 'dtype', type(x).__name__), args[i])}")
     traced = [i for i, a in enumerate(args) if i in argnums or hasattr(a, "dtype")]
 
-    def run(f, arguments, cts):
+    def runner(f, arguments):
         def go(values, cts):
             full = list(arguments)
             for i, x in zip(traced, values):
@@ -347,7 +351,10 @@ def check(fn: Callable, reference: Callable, args: Sequence, *, argnums: Sequenc
             out, pullback = jax.vjp(call, *[full[i] for i in argnums])
             return out, pullback(cts)
 
-        return (jax.jit(go) if jit else go)([arguments[i] for i in traced], cts)
+        return jax.jit(go) if jit else go
+
+    def run(f, arguments, cts):
+        return runner(f, arguments)([arguments[i] for i in traced], cts)
 
     shapes = jax.eval_shape(lambda *values: fn(*[values[traced.index(i)] if i in traced else a
                                                  for i, a in enumerate(args)]), *[args[i] for i in traced])
@@ -361,11 +368,17 @@ def check(fn: Callable, reference: Callable, args: Sequence, *, argnums: Sequenc
         cotangents = random_cotangents(seed, shapes)
     out_k, grads_k = run(fn, args, cotangents)
     out_r, grads_r = run(reference, args, cotangents)
+    floors = None
     with jax.enable_x64(True):
         wide = lambda tree: jax.tree.map(  # noqa: E731
             lambda x: jnp.asarray(np.asarray(x, np.float64)) if _is_float_array(x) else x, tree)
-        out_o, grads_o = run(reference, wide(args), wide(cotangents))
-        out_o, grads_o = jax.tree.map(lambda x: np.asarray(x, np.float64), (out_o, grads_o))
+        args64, cts64 = wide(args), wide(cotangents)
+        oracle_run = runner(reference, args64)
+        values64 = [args64[i] for i in traced]
+        out_o, grads_o = jax.tree.map(lambda x: np.asarray(x, np.float64), oracle_run(values64, cts64))
+        if perturbation is not None:
+            moved = oracle_run(perturbed(values64, seed + 1, perturbation), perturbed(cts64, seed + 2, perturbation))
+            floors = [np.asarray(x, np.float64) for x in jax.tree.leaves(moved)]
 
     names = list(arg_names) if arg_names is not None else _argument_names(reference, len(args))
     if len(names) != len(args):
@@ -381,11 +394,29 @@ def check(fn: Callable, reference: Callable, args: Sequence, *, argnums: Sequenc
     ref = jax.tree.leaves(out_r) + jax.tree.leaves(grads_r)
     oracle = jax.tree.leaves(out_o) + jax.tree.leaves(grads_o)
     all_names = out_names + grad_names
-    comparisons = tuple(compare_with_floor(n, k, r, None, o, ratio)
-                        for n, k, r, o in zip(all_names, kernel, ref, oracle))
+    comparisons = tuple(compare_with_floor(n, k, r, None if floors is None else floors[i], o, ratio)
+                        for i, (n, k, r, o) in enumerate(zip(all_names, kernel, ref, oracle)))
     arrays = {n: (np.asarray(k, np.float64), np.asarray(o, np.float64))
               for n, k, o in zip(all_names, kernel, oracle) if n in keep_arrays}
     return Report(comparisons, title, arrays)
+
+
+PERTURBATION = 2.0 ** -24  # float32's unit roundoff: `check`'s and the ops' tests' perturbation floor
+
+
+def perturbed(tree, seed: int, rel: float):
+    """Every floating array of `tree` times (1 + rel·r), r uniform in [−1, 1] per element (float64, drawn on the
+    host from `seed`); other leaves as they are. The oracle on such inputs, against the oracle: the error of an
+    exact computation on inputs rounded at `rel`, the floor a backward-stable kernel's error sits on."""
+    rng = np.random.default_rng(seed)
+
+    def move(x):
+        if not _is_float_array(x):
+            return x
+        values = np.asarray(x, np.float64)
+        return jnp.asarray(values * (1.0 + rel * rng.uniform(-1.0, 1.0, values.shape)), dtype=x.dtype)
+
+    return jax.tree.map(move, tree)
 
 
 def to_float64(tree):

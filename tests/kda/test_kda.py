@@ -79,6 +79,10 @@ def check_against_oracle(inputs, seed, chunk_size=64, definition=False, recurren
     cts = cotangents(seed, inputs, n_seqs)
     inputs64, cts64 = testing.to_float64(inputs), testing.to_float64(cts)
     oracle = outputs_and_grads(inputs64, cts64, op=recurrent_kda_ref, **kwargs)
+    # the oracle's change under a float32 rounding of its inputs: a floor where a result is a short sum whose
+    # terms cancel (dβ of one step: dδ · (v − S'ᵀk) over V)
+    moved = outputs_and_grads(testing.perturbed(inputs64, seed + 2, testing.PERTURBATION),
+                              testing.perturbed(cts64, seed + 3, testing.PERTURBATION), op=recurrent_kda_ref, **kwargs)
     if definition:
         chunk64 = outputs_and_grads(inputs64, cts64, implementation="reference", chunk_size=chunk_size, **kwargs)
         for name in oracle:
@@ -100,7 +104,8 @@ def check_against_oracle(inputs, seed, chunk_size=64, definition=False, recurren
         for name in kernel:
             assert kernel[name].shape == oracle[name].shape, name
             assert kernel[name].dtype == reference[name].dtype, name
-        rows = [testing.compare(f"{op[:5]} {name}", kernel[name], reference[name], oracle[name]) for name in kernel]
+        rows = [testing.compare_with_floor(f"{op[:5]} {name}", kernel[name], reference[name], moved[name], oracle[name])
+                for name in kernel]
         print("\n".join(map(str, rows)))
         comparisons += rows
     testing.assert_within_budget(comparisons)
@@ -152,6 +157,9 @@ def test_matches_float64_oracle(seed, dtype, T, H, K, V, strength, chunk_size, b
 @given(seed=strategies.seeds, T=st.sampled_from([1, 17, 40, 64]), H=st.sampled_from([1, 2]),
        K=st.sampled_from([8, 16, 24]), V=st.sampled_from([8, 20, 32]), strength=st.sampled_from([0.1, 1.0, 3.0, 5.0]),
        chunk_size=st.sampled_from([16, 32, 64]), key_scale=st.sampled_from([None, 0.3, 1.0]))
+# the dev profile's find: one step, where recurrent_kda's dβ (one number, dδ · (v − S'ᵀk) over V) cancels; the
+# oracle's change under a float32 rounding of the inputs is its floor now (check_against_oracle)
+@example(seed=1058194, T=1, H=1, K=8, V=8, strength=0.1, chunk_size=16, key_scale=None)
 def test_matches_float64_oracle_thoroughly(dtype, seed, T, H, K, V, strength, chunk_size, key_scale):
     inputs = kda_inputs(seed, 1, T, H, K, V, dtype=dtype, strength=strength, key_scale=key_scale)
     check_against_oracle(inputs, seed + 1, chunk_size=chunk_size, definition=True)
