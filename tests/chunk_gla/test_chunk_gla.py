@@ -143,6 +143,9 @@ def assert_same(actual, expected, tol=EXACT):
 @given(seed=strategies.seeds, T=st.sampled_from([1, 17, 40]), H=st.sampled_from([1, 2]),
        K=st.sampled_from([8, 16, 24]), V=st.sampled_from([8, 20, 32]), gates=GATE_SETS,
        strength=strategies.gate_strengths, chunk_size=st.sampled_from([16, 32, 64]))
+# the dev profile's find: one step with a scalar gate, whose gradient sums K·V terms that cancel 14-fold; the
+# kernel's per-key terms err 1.4 ulps each, the reference's sum happened to land closer (the perturbation floor)
+@example(seed=371, T=1, H=1, K=24, V=20, gates=("g",), strength=12.0, chunk_size=16)
 def test_matches_float64_oracle(dtype, seed, T, H, K, V, gates, strength, chunk_size):
     inputs = inputs_for(seed, 1, T, H, K, V, dtype=dtype, gates=gates, strength=strength)
     check_against_oracle(inputs, seed + 1, definition=True, chunk_size=chunk_size)
