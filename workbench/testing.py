@@ -313,11 +313,11 @@ def check(fn: Callable, reference: Callable, args: Sequence, *, argnums: Sequenc
     RMS-relative error, `rounding` the RMS of rounding the result to its dtype (`compare_with_floor`),
     atol `ATOL[dtype]`. With `perturbation` u, the oracle runs PERTURBATION_SAMPLES times more on every floating
     argument and cotangent times (1 + u·r), r uniform in [−1, 1] (`perturbed`): how far that moves an output (the
-    RMS of the draws, `perturbation_floors`) is the error an
-    exact computation on inputs rounded at u may have (where a result is a sum whose terms cancel, u·Σ|terms|
-    against its size), and it joins the reference's error in quadrature (`compare_with_floor`). u =
-    `PERTURBATION` (float32's ε = 2⁻²³, the precision the kernels accumulate in, two roundings' worth) is the
-    usual one. Gradients are taken with respect to `argnums` (default: every argument that is a
+    RMS of the draws, `perturbation_floors`) is the error an exact computation on inputs rounded at u may have
+    (where a result is a sum whose terms cancel, u·Σ|terms| against its size), and it joins the reference's error
+    in quadrature (`compare_with_floor`). u = `PERTURBATION` (float32's ε = 2⁻²³: the kernels accumulate in
+    float32, and a result carries a few roundings) is the usual one. Gradients are taken with respect to
+    `argnums` (default: every argument that is a
     floating array), with `cotangents` (default: random normal ones drawn from `seed`, one per output,
     never all ones); they are named `d<parameter>` after `arg_names` or `reference`'s signature (`d<key>`
     for an argument that is a dict of arrays). Outputs
@@ -405,10 +405,11 @@ def check(fn: Callable, reference: Callable, args: Sequence, *, argnums: Sequenc
     return Report(comparisons, title, arrays)
 
 
-# float32's machine epsilon ε = 2u: a kernel's result carries a few roundings, not one (chunk_gla's per-key gate
-# gradients at T 1: 1.4 ulps RMS each, before a sum over K that cancels 14-fold); the perturbation floor of
-# `check` and of the ops' oracle tests
+# The perturbation floor of `check` and of chunk_gla's and chunk_kda's oracle tests: float32's machine epsilon
+# ε = 2u, since a kernel's result carries a few roundings, not one (chunk_gla's per-key gate gradients at T 1:
+# 1.4 ulps RMS each, before a sum over K that cancels 14-fold), and the RMS of three draws (`perturbation_floors`).
 PERTURBATION = 2.0 ** -23
+PERTURBATION_SAMPLES = 3
 
 
 def perturbed(tree, seed: int, rel: float):
@@ -426,14 +427,11 @@ def perturbed(tree, seed: int, rel: float):
     return jax.tree.map(move, tree)
 
 
-PERTURBATION_SAMPLES = 3
-
-
 def perturbation_floors(moved: Callable[[int], Any], oracle: Sequence[Any], samples: int = PERTURBATION_SAMPLES):
     """Per oracle leaf, an array at the oracle plus the RMS over `samples` draws of the change `moved(i)` (the
-    oracle on the i-th perturbed inputs, same tree) makes to it: what `compare_with_floor` takes as a floor. One
-    draw can land near the oracle by luck; the RMS of three is within a factor of about 1.5 of the change's
-    size."""
+    oracle on the i-th perturbed inputs, same tree) makes to it: what `compare_with_floor` takes as a floor. For
+    a single number one draw lands within half the change's typical size one time in three, the RMS of three
+    one time in seven; over many elements the RMS averages."""
     oracle = [np.asarray(x, np.float64) for x in oracle]
     squares = [np.zeros_like(x) for x in oracle]
     for i in range(samples):
