@@ -1,8 +1,9 @@
-"""Issue 47: the Gluon forward with the softmax's scale folded into one fused multiply-add per score (branch
-gluon-fwd-ffma: the row max taken on the raw scores and scaled once), A/B on one GPU against main's kernel
-(`gluon_kernels_main.py`, a copy), same inputs, each timed twice; cuDNN's forward beside them. One JSON line per
-shape; ms = [median, min] of 8 copies in one program. sm_90 on a CPU: 248 fewer instructions per kernel (FMUL
-794 → 546, FADD 540 → 284, FFMA 0 → 264); the causal kernel spills nothing, the plain one 24 bytes (16 before)."""
+"""Issue 47: the Gluon forward of branch gluon-next against main's kernel (`gluon_kernels_main.py`, a copy), same
+inputs, each timed twice; cuDNN's forward beside them. One JSON line per shape; ms = [median, min] of 8 copies in
+one program. The branch: (1) the loop's K/V waits in PTX (`wait_phase`), which drops the partition barrier the
+compiler put before each `mbarrier.wait` (one per tile and group; both kernels); (2) causal only, the softmax's
+scale folded into one fused multiply-add per score (248 fewer instructions on sm_90; not in the plain kernel,
+where it spilled 24 bytes instead of 16)."""
 import json, os, statistics, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import workbench
