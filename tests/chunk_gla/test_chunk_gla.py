@@ -352,6 +352,30 @@ def test_bad_segments_raise():
             Tuning(segments=bad)
 
 
+@pytest.mark.parametrize("segments", [1, 3], ids=["one-sweep", "two-level"])
+def test_recomputed_residuals_give_the_same_gradients(segments):
+    """`Tuning(residuals="recompute")`: the forward keeps nothing but the inputs and the backward sweeps the
+    chunk states and forms A again with the forward's kernels: every output and gradient equals the default's
+    bit for bit, packed sequences with an empty one and an initial state, both gates, both dtypes, one sweep
+    and the two-level pass."""
+    cu = jnp.asarray([0, 5, 5, 40], jnp.int32)
+    for dtype in (jnp.float32, jnp.bfloat16):
+        inputs = inputs_for(15, 1, 40, 2, 16, 24, dtype=dtype, gates=("g", "gk"), n_seqs=3)
+        inputs["cu_seqlens"] = cu
+        cts = cotangents(16, inputs, 3)
+        keep = outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(segments=segments))
+        again = outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(segments=segments, residuals="recompute"))
+        assert set(again) == set(keep)
+        for name in keep:
+            assert np.array_equal(np.asarray(again[name], np.float32), np.asarray(keep[name], np.float32)), (
+                jnp.dtype(dtype).name, name)
+
+
+def test_bad_residuals_raise():
+    with pytest.raises(ValueError, match="^Tuning.residuals: expected 'keep' or 'recompute', got 'none'"):
+        Tuning(residuals="none")
+
+
 # ----------------------------------------------------------------------------- tuning
 
 AUTOTUNED = {"chunk_h_kernel": "forward", "chunk_a_kernel": "forward", "chunk_o_kernel": "forward",
@@ -422,3 +446,19 @@ def test_the_backward_keeps_at_most_one_and_a_half_times_the_inputs_and_outputs(
     primals = dict(q=x, k=x, v=x, gk=x)
     kept, io = kept_bytes(lambda p: workbench.chunk_gla(**p), primals)
     assert kept / io <= 1.5, (kept / io, kept, io)
+
+
+def test_recomputed_residuals_keep_at_most_one_and_a_half_times_the_inputs_and_outputs():
+    """With a scalar gate per head the inputs are smaller and the states and A a larger share: 2.0× the inputs
+    and outputs kept by default at B1 T64k H16 K = V = 64 bf16; `residuals="recompute"` keeps the inputs as the
+    op's kernels take them, q, k, v and the gate's per-key log-decays (float32: the scalar gate broadcast over
+    K, 256 MiB of the 640), 1.25×."""
+    from workbench.bench.timing import kept_bytes
+
+    x = jax.ShapeDtypeStruct((1, 65536, 16, 64), jnp.bfloat16)
+    primals = dict(q=x, k=x, v=x, g=jax.ShapeDtypeStruct((1, 65536, 16), jnp.bfloat16))
+    ratios = {}
+    for residuals in ("keep", "recompute"):
+        kept, io = kept_bytes(lambda p: workbench.chunk_gla(**p, tuning=Tuning(residuals=residuals)), primals)
+        ratios[residuals] = kept / io
+    assert ratios["recompute"] <= 1.5 < ratios["keep"], ratios

@@ -98,3 +98,15 @@ def test_compiled_two_level_state_pass_within_budget(dtype):
     cu = jnp.array([0, 5, 5, 3000, 3100, 4096], jnp.int32)
     inputs = recurrent_inputs(11, 1, 4096, 2, 64, 64, dtype=dtype, gates=("g", "gk"), strength=1.0, n_seqs=5)
     _three_way(inputs, _cotangents(12, 1, 4096, 2, 64, 64, 5, dtype), cu_seqlens=cu, tuning=Tuning(segments=8))
+
+
+@pytest.mark.parametrize("segments", [1, 8], ids=["one-sweep", "two-level"])
+def test_compiled_recomputed_residuals_within_budget(segments):
+    """`Tuning(residuals="recompute")` compiled (bf16, packed sequences with an empty one, a scalar and a per-key
+    gate): the backward's states and A formed again, every gradient against the float64 oracle within budget."""
+    from workbench.chunk_gla import Tuning
+
+    cu = jnp.array([0, 5, 5, 3000, 3100, 4096], jnp.int32)
+    inputs = recurrent_inputs(13, 1, 4096, 2, 64, 64, dtype=jnp.bfloat16, gates=("g", "gk"), strength=1.0, n_seqs=5)
+    _three_way(inputs, _cotangents(14, 1, 4096, 2, 64, 64, 5, jnp.bfloat16), cu_seqlens=cu,
+               tuning=Tuning(segments=segments, residuals="recompute"))

@@ -94,7 +94,8 @@ CHUNK_GLA = OpBench(
     max_T={"reference": (16384, "the reference's autodiff holds [chunks, 64, 64, H, K] ratio tensors "
                                 "(25.6 GiB at 16k by XLA's memory analysis, 51 GiB at 32k, 102 GiB at 64k)")},
     error_sources=("fla.ops.gla.chunk_gla",),
-    variants={"one sweep": {"tuning": _GlaTuning(segments=1)}},
+    variants={"one sweep": {"tuning": _GlaTuning(segments=1)},
+              "recomputed residuals": {"tuning": _GlaTuning(residuals="recompute")}},
     notes={"gates": ["gk"], "gate_strength": 0.1, "chunk_size": 64,
            "one_sweep": "triton vs triton[one sweep]: the two-level state pass (NOTES gla.13, segments chosen by "
                         "state_segments) against one sweep per sequence; the same where the heuristic picks 1",

@@ -42,14 +42,22 @@ class Tuning:
         every sequence into this many segments swept in parallel, then carry the true states across
         them and correct each segment's states. 1 is the single sweep; None (default) chooses by
         `state_segments` from the programs a single sweep would keep in flight and the GPU's SM count.
+    residuals: what the forward keeps for the backward besides the inputs. "keep" (default): the float32
+        chunk-start states and the intra-chunk matrix A (2.0× the inputs and output at B1 T64k H16 K = V = 64
+        bf16 with a scalar gate, 1.4× with a per-key one); "recompute": nothing, the backward sweeping the
+        states and forming A again with the forward's kernels (NOTES.md, "Memory"). The same gradients, bit
+        for bit where the kernels are deterministic.
     """
 
     backward: Literal["triton", "reference"] = "triton"
     segments: int | None = None
+    residuals: Literal["keep", "recompute"] = "keep"
 
     def __post_init__(self):
         if self.segments is not None and (type(self.segments) is not int or self.segments < 1):
             raise ValueError(f"Tuning.segments: expected None or an int ≥ 1, got {self.segments!r}")
+        if self.residuals not in ("keep", "recompute"):
+            raise ValueError(f"Tuning.residuals: expected 'keep' or 'recompute', got {self.residuals!r}")
 
 
 SWEEP_PROGRAMS = 4  # V blocks × K blocks of a state sweep at K = V = 64 with its usual 32 × 32 or 64 × 32 blocks
@@ -200,6 +208,21 @@ def _cumsum(a, bounds, TT: int, H: int, K: int, BK: int, static: _Static, tune):
                        tune_inputs=tune, name="workbench_chunk_gla_cumsum", H=H, K=K, BT=static.chunk_size, BK=BK)
 
 
+def _states_and_a(q, k, v, b, h0, cu, bounds, static: _Static, tune):
+    """(final state, chunk-start states hs, A) from the gate's cumulative sums b: the forward state sweep (gla.4,
+    gla.13) and the intra-chunk matrix (gla.5, gla.11; only chunks that are not direct, gla.12). The forward's,
+    and with `Tuning(residuals="recompute")` the backward's again."""
+    TT, H, _ = q.shape
+    K, _, BK = _dims(q, v)
+    BT = static.chunk_size
+    ht, hs = _state_sweep(k, v, b, h0, cu, bounds, static, tune, reverse=False)
+    A = triton_call(
+        q, k, b, bounds, kernel=kernels.chunk_a_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, BT), v.dtype),
+        grid=(BT // kernels.SUB_CHUNK, bounds.shape[0], H), tune_inputs=tune, name="workbench_chunk_gla_a",
+        scale=static.scale, F32_DOT=_f32_dot(q), H=H, K=K, BT=BT, BK=BK)
+    return ht, hs, A
+
+
 def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     """(o, final_state, residuals or None): residuals (hs, A) only when a backward will follow. The gate's
     cumulative sums b are not kept (float32, twice a bfloat16 input's bytes): the backward forms them again."""
@@ -210,22 +233,18 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     bounds = chunk_bounds(cu, TT, BT)  # [NS, 2] int32
     tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
-    common = dict(H=H, K=K, BT=BT, BK=BK)
     b = _cumsum(a, bounds, TT, H, K, BK, static, tune)
-    ht, hs = _state_sweep(k, v, b, h0, cu, bounds, static, tune, reverse=False)
-    A = triton_call(
-        q, k, b, bounds, kernel=kernels.chunk_a_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, BT), v.dtype),
-        grid=(BT // kernels.SUB_CHUNK, NS, H), tune_inputs=tune, name="workbench_chunk_gla_a", scale=static.scale,
-        F32_DOT=_f32_dot(q), **common)
+    ht, hs, A = _states_and_a(q, k, v, b, h0, cu, bounds, static, tune)
     o = triton_call(
         q, k, v, b, hs, A, bounds, kernel=kernels.chunk_o_kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
         grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), tune_inputs=tune, name="workbench_chunk_gla_o",
-        scale=static.scale, V=V, F32_DOT=_f32_dot(q), **common)
+        scale=static.scale, V=V, F32_DOT=_f32_dot(q), H=H, K=K, BT=BT, BK=BK)
     return o, ht, ((hs, A) if save else None)
 
 
-def _backward(q, k, v, a, hs, A, cu, do, dht, static: _Static):
-    """Gradients of (q, k, v, a, h0); da float32."""
+def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):
+    """Gradients of (q, k, v, a, h0); da float32. residuals: the forward's (hs, A), or None to form them again
+    (`Tuning(residuals="recompute")`)."""
     TT, H, _ = q.shape
     K, V, BK = _dims(q, v)
     BT = static.chunk_size
@@ -235,6 +254,7 @@ def _backward(q, k, v, a, hs, A, cu, do, dht, static: _Static):
     NS = bounds.shape[0]
     f32 = jnp.float32
     b = _cumsum(a, bounds, TT, H, K, BK, static, tune)
+    hs, A = _states_and_a(q, k, v, b, h0, cu, bounds, static, tune)[1:] if residuals is None else residuals
     common = dict(H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
     dh0, dhs = _state_sweep(q, do, b, dht, cu, bounds, static, tune, reverse=True)
     dv = triton_call(
@@ -269,17 +289,17 @@ def _chunk_gla_packed(q, k, v, a, h0, cu, static: _Static):
 
 
 def _chunk_gla_packed_fwd(q, k, v, a, h0, cu, static: _Static):
-    o, ht, residuals = _forward(q, k, v, a, h0, cu, static, save=True)
+    o, ht, residuals = _forward(q, k, v, a, h0, cu, static, save=static.tuning.residuals == "keep")
     return (o, ht), (q, k, v, a, h0, cu, residuals)
 
 
 def _chunk_gla_packed_bwd(static: _Static, residuals, cotangents):
-    q, k, v, a, h0, cu, (hs, A) = residuals
+    q, k, v, a, h0, cu, saved = residuals
     do, dht = cotangents
     if static.tuning.backward == "reference":
         _, vjp = jax.vjp(lambda q, k, v, a, h0: _reference_packed(q, k, v, a, h0, cu, static), q, k, v, a, h0)
         return summed_grads((*vjp((do, dht)), None), (q, k, v, a, h0))
-    dq, dk, dv, da, dh0 = _backward(q, k, v, a, hs, A, cu, do.astype(v.dtype), dht.astype(jnp.float32), static)
+    dq, dk, dv, da, dh0 = _backward(q, k, v, a, h0, saved, cu, do.astype(v.dtype), dht.astype(jnp.float32), static)
     return summed_grads((dq, dk, dv, (None if a is None else da.astype(a.dtype)), dh0, None), (q, k, v, a, h0))
 
 
