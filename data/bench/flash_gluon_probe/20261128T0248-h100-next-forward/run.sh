@@ -1,7 +1,7 @@
 # One H100 call from branch gluon-next (carry .devcache/env.sh, the Triton 3.9 tarball, the zstandard wheel):
-#   bash data/bench/flash_gluon_probe/next-forward/run.sh   (rename the folder to its date and kind once run)
+#   bash data/bench/flash_gluon_probe/20261128T0248-h100-next-forward/run.sh
 set -u
-D=data/bench/flash_gluon_probe/next-forward
+D=data/bench/flash_gluon_probe/20261128T0248-h100-next-forward
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 . .devcache/env.sh
 mkdir -p $OUT/p
