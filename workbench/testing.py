@@ -105,7 +105,7 @@ def compare_with_floor(name: str, kernel, reference, floor, oracle, ratio: float
     return dataclasses.replace(comparison, tolerance=float(comparison.tolerance + extra))
 
 
-def attention_backward_cotangents(do, dlse, o, lse, o_exact, lse_exact):
+def attention_backward_cotangents(do, dlse, o, lse, o_exact, lse_exact, logit_error=None):
     """Cotangents whose exact VJP is what a FlashAttention backward computes from its forward's outputs.
 
     The backward (NOTES.md fa.5, fa.7) takes P_ij = exp(s_ij − lse_i) from the forward's lse and
@@ -125,8 +125,13 @@ def attention_backward_cotangents(do, dlse, o, lse, o_exact, lse_exact):
     inputs o is the O its backward used; for 16-bit inputs that float32 O stays inside the kernel
     and the returned o, rounded to q's dtype, stands in (a floor a little looser than the truth:
     its rounding error is added to O's, whose bfloat16 P·V product already errs about as much).
-    o_exact, lse_exact: the float64 oracle's. Returns float64 (do', dlse'); rows whose lse is −inf
-    keep their cotangents.
+    o_exact, lse_exact: the float64 oracle's. logit_error: `attention_logit_error` of the inputs, or None. The
+    backward forms each logit again and takes P against the forward's lse, which summed logits rounded apart
+    from these: each within about u · m_ij of the exact one, so P_ij errs by up to 2u · m_ij besides ε_i, per row
+    2u · Σ_j p_ij m_ij. Given, that joins ε_i (with its sign: the floor's error grows). It matters where a row
+    sees a single key: the reference's P is exactly 1 there, the kernel's 2^(s·log2 e − lse2) is not (the dev
+    profile's find: Tq = Tk = 1, a bias and softcap 20, dbias 1.04e-6 against a floor-built 1.01e-6).
+    Returns float64 (do', dlse'); rows whose lse is −inf keep their cotangents.
     """
     f32, f64 = jnp.float32, jnp.float64
     o_exact, lse_exact = jnp.asarray(o_exact, f64), jnp.asarray(lse_exact, f64)
@@ -136,6 +141,9 @@ def attention_backward_cotangents(do, dlse, o, lse, o_exact, lse_exact):
     exact = jnp.einsum("bthd,bthd->bht", o_exact, do, precision=highest)
     seen = jnp.isfinite(lse_exact) & jnp.isfinite(lse)  # a wrong −inf is the lse comparison's to catch
     scale = jnp.where(seen, jnp.exp(jnp.where(seen, lse_exact - lse, 0.0)), 1.0)  # 1 + ε
+    if logit_error is not None:
+        eta = 2.0 ** -23 * jnp.asarray(logit_error, f64)  # 2u · Σ_j p_ij m_ij
+        scale = jnp.where(seen, scale * (1.0 + jnp.where(scale >= 1.0, eta, -eta)), 1.0)
     error = delta.astype(f64) - exact
     dp_rounding = 2.0 ** -24 * jnp.einsum("bthd,bthd->bht", jnp.abs(o_exact), jnp.abs(do), precision=highest)
     error = jnp.where(seen, error + jnp.where(error >= 0, dp_rounding, -dp_rounding), 0.0)  # δ
@@ -167,17 +175,15 @@ def attention_dsinks_atol(dtype, sinks, do, dlse, o_exact, lse_exact):
     return ATOL.get(jnp.dtype(dtype).name, 1e-6) * jnp.maximum(1.0, cond)
 
 
-def attention_lse_atol(q, k, lse_exact, allowed, scale, bias=None, softcap=None):
-    """atol for lse: `ATOL["float32"]` times the condition number of the logits that form it.
+def attention_logit_error(q, k, lse_exact, allowed, scale, bias=None, softcap=None):
+    """Σ_j p_ij m_ij per row, float64 [B, H, Tq] (0 on rows that see nothing): the error of a row's float32
+    logits in units of their rounding, weighted as lse and P weigh them.
 
-    lse_i = log Σ_j exp(s_ij) (a sink adds a term, exact). A logit s_ij = scale · q_i·k_j + bias_ij is
-    formed in float32 (bfloat16 inputs too: their products are exact, their sums float32) with an error of
-    about u · m_ij, m_ij = scale · Σ_d |q_id k_jd| + |bias_ij|, and ∂lse_i/∂s_ij = p_ij, so lse_i errs by
-    about u · Σ_j p_ij m_ij; relative to ‖lse‖ that is u · cond, cond = ‖Σ_j p_ij m_ij‖₂ / ‖lse‖₂ over the
-    rows that see a key. It is about 1 unless the logits cancel (q·k·scale against the bias) to values far
-    below their terms, where lse itself is small; the reference's own error can fall far below it there by
-    luck. A softcap's tanh has slope ≤ 1, so m bounds its logits' error too.
-    q [B, Tq, H, D], k [B, Tk, HKV, D], lse_exact [B, H, Tq] (float64, −inf on rows that see nothing),
+    A logit s_ij = scale · q_i·k_j + bias_ij is formed in float32 (bfloat16 inputs too: their products are
+    exact, their sums float32) with an error of about u · m_ij, m_ij = scale · Σ_d |q_id k_jd| + |bias_ij|; a
+    softcap's tanh has slope ≤ 1, so m bounds its logits' error too. lse_i = log Σ_j exp(s_ij) errs by about
+    u · Σ_j p_ij m_ij (∂lse_i/∂s_ij = p_ij), and so does P_ij = exp(s_ij − lse_i) where s_ij and lse_i are rounded
+    apart. q [B, Tq, H, D], k [B, Tk, HKV, D], lse_exact [B, H, Tq] (float64, −inf on rows that see nothing),
     allowed bool [B, Tq, Tk] (`reference.allowed_mask`), bias broadcastable to [B, H, Tq, Tk] or None.
     """
     f64 = jnp.float64
@@ -197,7 +203,20 @@ def attention_lse_atol(q, k, lse_exact, allowed, scale, bias=None, softcap=None)
     seen = jnp.isfinite(lse)
     use = jnp.asarray(allowed)[:, None] & seen[..., None] & jnp.isfinite(s)
     p = jnp.where(use, jnp.exp(jnp.where(use, s - jnp.where(seen, lse, 0.0)[..., None], 0.0)), 0.0)
-    err = jnp.where(seen, jnp.sum(p * jnp.where(use, m, 0.0), axis=-1), 0.0)
+    return jnp.where(seen, jnp.sum(p * jnp.where(use, m, 0.0), axis=-1), 0.0)
+
+
+def attention_lse_atol(q, k, lse_exact, allowed, scale, bias=None, softcap=None):
+    """atol for lse: `ATOL["float32"]` times the condition number of the logits that form it.
+
+    lse_i errs by about u · Σ_j p_ij m_ij (`attention_logit_error`); relative to ‖lse‖ that is u · cond, cond =
+    ‖Σ_j p_ij m_ij‖₂ / ‖lse‖₂ over the rows that see a key. It is about 1 unless the logits cancel (q·k·scale
+    against the bias) to values far below their terms, where lse itself is small; the reference's own error can
+    fall far below it there by luck. Arguments as `attention_logit_error`'s.
+    """
+    err = attention_logit_error(q, k, lse_exact, allowed, scale, bias, softcap)
+    lse = jnp.asarray(lse_exact, jnp.float64)
+    seen = jnp.isfinite(lse)
     size = jnp.sqrt(jnp.sum(jnp.where(seen, lse, 0.0) ** 2))
     cond = jnp.where(size > 0, jnp.sqrt(jnp.sum(err ** 2)) / jnp.where(size > 0, size, 1.0), 1.0)
     return ATOL["float32"] * jnp.maximum(1.0, cond)
