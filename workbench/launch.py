@@ -22,8 +22,8 @@ On a machine without a CUDA GPU the *same* `@triton.jit` source runs in Triton's
 was passed: on both paths the heuristic sees the same thing.
 
 Whoever wants to see launches (the sm_90 compile check, launch counters in tests) registers an
-observer with `observing(...)`: the launcher calls it with each `Launch` it receives on the
-interpreter path and knows nothing of who listens.
+observer with `observing(...)`: the launcher calls it with each `Launch` it receives, on either
+path, and knows nothing of who listens.
 """
 
 from __future__ import annotations
@@ -147,8 +147,9 @@ _OBSERVERS: list[Callable[[Launch], None]] = []
 
 @contextlib.contextmanager
 def observing(observer: Callable[[Launch], None]):
-    """Call `observer(launch)` for every `triton_call` made on the interpreter path while the block is open,
-    when the call is traced and before its kernel runs. Observers nest; an exception from one propagates."""
+    """Call `observer(launch)` for every `triton_call` made while the block is open (interpreter or GPU), when
+    the call is traced and before its kernel runs or is compiled. Observers nest; an exception from one
+    propagates."""
     _OBSERVERS.append(observer)
     try:
         yield observer
@@ -191,12 +192,11 @@ def triton_call(
     single = not isinstance(out_shape, (list, tuple))
     out_shapes = [out_shape] if single else list(out_shape)
     out_shapes = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in out_shapes]
+    if _OBSERVERS:
+        seen = Launch(kernel, args, tuple(out_shapes), dict(metaparams), num_warps, num_stages, grid, maxnreg)
+        for observer in list(_OBSERVERS):
+            observer(seen)
     if INTERPRET:
-        if _OBSERVERS:
-            seen = Launch(kernel, args, tuple(out_shapes), dict(metaparams), num_warps, num_stages, grid,
-                          maxnreg)
-            for observer in list(_OBSERVERS):
-                observer(seen)
         jitted = signature.unwrap(kernel)[2]
         if compiler.is_gluon(jitted):
             raise ValueError(f"kernel: {jitted.__name__} is a Gluon kernel, which runs only compiled, on a GPU "

@@ -3,8 +3,9 @@ each counted once: the traffic its kernels cannot avoid, launch by launch (a ker
 several times, or only part of it, moves more or less; scalars and the `absent()` placeholders count 0).
 
 Traced abstractly on the interpreter path (`launch.observing`): nothing runs, so the shapes may be as large as
-a GPU's (T = 64k on a laptop). Where Triton is compiled the observer is not called: run it where Triton is
-interpreted (a machine without a GPU, or `WORKBENCH_INTERPRET=1`). `scripts/kernel_traffic.py` prints the table.
+a GPU's (T = 64k on a laptop). Where Triton is compiled, tracing a launch chooses its config (and may time
+them): run it where Triton is interpreted (a machine without a GPU, or `WORKBENCH_INTERPRET=1`).
+`scripts/kernel_traffic.py` prints the table.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ class LaunchBytes:
 def launch_bytes(fn: Callable[..., Any], *args: Any) -> list[LaunchBytes]:
     """The launches of `fn(*args)` in the order they are traced, with their bytes (`jax.eval_shape`)."""
     if not launch.INTERPRET:
-        raise RuntimeError("launch_bytes: Triton is compiled on this machine, and launches are observed only on "
-                           "the interpreter path; run it without a GPU or with WORKBENCH_INTERPRET=1")
+        raise RuntimeError("launch_bytes: Triton is compiled on this machine, where tracing a launch chooses (and "
+                           "may time) its config; run it without a GPU or with WORKBENCH_INTERPRET=1")
     seen: list[launch.Launch] = []
     with launch.observing(seen.append):
         jax.eval_shape(fn, *args)

@@ -101,12 +101,9 @@ def _online_softmax(s, m_i, l_i, r0, j0, TK, off, qk_scale, layout: gl.constexpr
     came before, the new running max and sum. `masked`: the tile holds the causal diagonal (row i sees keys
     j ≤ i + off) or keys past TK.
 
-    Causal, the row max is taken of the raw scores and scaled once (scale > 0: the max of s·scale·log2 e, the
-    same rounding), so that each score takes one fused multiply-add, s·(scale·log2 e) − m, instead of a multiply
-    and a subtract (248 fewer instructions in the kernel); the plain kernel keeps the multiply, because the fused
-    form makes it spill 24 bytes instead of 16 (NOTES.md, "The Hopper forward")."""
-    if not CAUSAL:
-        s = s * qk_scale
+    The row max is taken of the raw scores and scaled once (scale > 0: the max of s·scale·log2 e, the same
+    rounding), so that each score takes one fused multiply-add, s·(scale·log2 e) − m, instead of a multiply and a
+    subtract (about 250 fewer instructions in either kernel; NOTES.md, "The Hopper forward")."""
     if masked:
         o_m = r0 + gl.arange(0, BR, layout=gl.SliceLayout(1, layout))
         o_n = j0 + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
@@ -114,15 +111,9 @@ def _online_softmax(s, m_i, l_i, r0, j0, TK, off, qk_scale, layout: gl.constexpr
         if CAUSAL:
             seen = seen & (gl.expand_dims(o_m + off, 1) >= gl.expand_dims(o_n, 0))
         s = gl.where(seen, s, float("-inf"))
-    if CAUSAL:
-        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
-    else:
-        m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet: P = 0, not NaN
-    if CAUSAL:
-        p = gl.exp2(s * qk_scale - gl.expand_dims(m_use, 1))
-    else:
-        p = gl.exp2(s - gl.expand_dims(m_use, 1))
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_use, 1))
     alpha = gl.exp2(m_i - m_use)
     l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_i
