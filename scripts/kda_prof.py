@@ -105,7 +105,7 @@ for attr, kern in KERNELS.items():
 kda.triton_call = recorder
 try:
     jax.block_until_ready(kda._forward(*rows, h0, cu, static, save=False))  # the forward kernels as the op runs them
-    o, ht, residuals = kda._forward(*rows, h0, cu, static)
+    o, ht, residuals, _ = kda._forward(*rows, h0, cu, static)
     for st in (static, static_unfused):
         jax.block_until_ready(kda._backward(rows[0], rows[1], rows[2], rows[4], cu, residuals, do, dht_full, st))
 finally:

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from workbench import launch, strategies, testing, tl_chunked
+from workbench import launch, signature, strategies, testing, tl_chunked
 from workbench._bounds import chunk_bounds
 from workbench.kda import Tuning, backward_kernels, forward_kernels, recurrent_kernels, sweep_kernels
 from workbench.kda.inputs import kda_inputs
@@ -250,7 +250,7 @@ def test_whole_chunk_products_equal_sub_chunk_products(dtype):
         with contextlib.ExitStack() as stack:
             for name, indices in zip(names, distinct):
                 stack.enter_context(launch.interpreter_config(getattr(kernels, name), indices[min(round_, len(indices) - 1)]))
-            (_, _, (_, A, Aqk, *_)), (_, _, (_, A_sub, Aqk_sub, *_)) = (
+            (_, _, (_, A, Aqk, *_), _), (_, _, (_, A_sub, Aqk_sub, *_), _) = (
                 forward(*rows, inputs["initial_state"], cu, kda._Static(scale=0.3, chunk_size=64, tuning=Tuning(whole_chunk=w)))
                 for w in (True, False))
             whole = outputs_and_grads(inputs, cts, chunk_size=64)
@@ -350,6 +350,35 @@ def test_recomputed_residuals_give_the_same_gradients(segments):
         for name in keep:
             assert np.array_equal(np.asarray(again[name], np.float32), np.asarray(keep[name], np.float32)), (
                 jnp.dtype(dtype).name, name)
+
+
+def test_recomputed_residuals_sweep_each_segment_again_from_its_kept_entering_state():
+    """With the two-level pass, `residuals="recompute"` keeps the segments' entering states (a few MiB) and the
+    backward sweeps each segment again from its own (`_resweep`), instead of sweeping them from zero and
+    carrying the states across them once more. Counted in the launches traced (nothing runs): the forward
+    direction's segment sweep and state pass run once (in the forward), its re-sweep twice (the forward's,
+    which forms o, and the backward's); one sweep per sequence still sweeps twice."""
+    inputs = kda_inputs(17, 1, 40, 2, 24, 20, strength=1.0)
+    names = ("q", "k", "v", "g", "beta", "initial_state")
+
+    def launches(segments):
+        seen = []
+
+        def loss(*xs):
+            out = workbench.chunk_kda(**dict(zip(names, xs)), chunk_size=16,
+                                      tuning=Tuning(segments=segments, residuals="recompute"))
+            return sum(x.astype(jnp.float32).sum() for x in jax.tree.leaves(out))
+
+        with launch.observing(seen.append):
+            jax.eval_shape(jax.grad(loss, argnums=tuple(range(len(names)))), *(inputs[n] for n in names))
+        forward = [signature.unwrap(s.kernel)[2].__name__ for s in seen if not s.metaparams.get("REVERSE", False)]
+        return {n: forward.count(n) for n in set(forward)}
+
+    two_level = launches(3)
+    assert two_level.get("chunk_kda_segment_kernel") == 1, two_level
+    assert two_level.get("chunk_state_pass_kernel") == 1, two_level
+    assert two_level.get("chunk_kda_resweep_o_kernel") == 1 and two_level.get("chunk_kda_resweep_kernel") == 1, two_level
+    assert launches(1).get("chunk_kda_h_kernel") == 2, "one sweep per sequence: swept in the forward and again"
 
 
 def test_recomputed_residuals_keep_at_most_one_and_a_half_times_the_inputs_and_outputs():

@@ -29,7 +29,7 @@ def test_every_forward_stage_matches_the_reference(chunk_size):
     cu = jnp.asarray(BOUNDS, jnp.int32)
     rows = {n: x[n][0] for n in ("q", "k", "v", "g", "beta")}
     static = kda._Static(scale=0.4, chunk_size=chunk_size, tuning=kda.Tuning())
-    o, ht, (b, A, Aqk, w, hs, delta) = jax.jit(kda._forward, static_argnums=7)(
+    o, ht, (b, A, Aqk, w, hs, delta), _ = jax.jit(kda._forward, static_argnums=7)(
         *rows.values(), x["initial_state"], cu, static)
     want = dict(jax.jit(chunk_stages, static_argnames=("scale", "chunk_size", "storage"))(
         *rows.values(), x["initial_state"], cu, scale=0.4, chunk_size=chunk_size, storage=jnp.float32))

@@ -70,8 +70,9 @@ class Tuning:
         sweep for K > 128 (more than 1 there is a ValueError: NOTES.md, "Shared memory at K = 256").
     residuals: (chunk_kda) what the forward keeps for the backward. "keep": the gate's cumulative sums b, A,
         Aqk, w, the chunk-start states and δ (2.7× the inputs and output at B1 T64k H16 K = V = 128 bf16);
-        "recompute": A and Aqk only (the intra-chunk solve, the forward's costliest part), the backward forming
-        b, w and u again (the cumsum and WY kernels) and sweeping the states and δ again (1.1×; NOTES.md,
+        "recompute": A and Aqk only (the intra-chunk solve, the forward's costliest part) and, with the
+        two-level pass, each segment's entering state, the backward forming b, w and u again (the cumsum and WY
+        kernels) and sweeping each segment's states and δ again from its entering state (1.1×; NOTES.md,
         "Memory"). The same gradients, bit for bit where the kernels are deterministic.
     """
 
@@ -256,11 +257,12 @@ def _whole_span(static: _Static) -> float:
 
 def _state_sweep(q, k, khat, w, u, do, b, Aqk, init, cu, bounds, static: _Static, tune, *, reverse: bool,
                  states_dtype, qbar=None, save: bool = True):
-    """(final, states [NS, H, K, V], δ [TT, H, V], o) of the forward sweep (kda.4: from h0, hs at chunk
+    """(final, states [NS, H, K, V], δ [TT, H, V], o, starts) of the forward sweep (kda.4: from h0, hs at chunk
     starts, δ) or, with `reverse`, of the backward one (kda.9: from dH at the end, dH at chunk ends, dδ): one
     sweep per sequence, or the two-level pass of (kda.18) with `static.tuning.segments` segments. o is None
     unless the forward's re-sweep formed the output (`Tuning.fused_output`, given `qbar`); then states and δ
-    are None unless `save`."""
+    are None unless `save`. starts: the two-level pass's true entering state of every segment, float32
+    [N · NSEG, H, K, V] (what `_resweep` sweeps the states and δ again from); None for one sweep."""
     values = do if reverse else u
     TT, H, _ = w.shape
     K, V, BK = _dims(w, values)
@@ -279,10 +281,10 @@ def _state_sweep(q, k, khat, w, u, do, b, Aqk, init, cu, bounds, static: _Static
         if reverse:
             return (*triton_call(q, k, w, b, Aqk, do, init, cu, bounds, kernel=sweep_kernels.chunk_kda_dh_kernel,
                                  out_shape=[state(N), state(NS), rows_v], grid=grid, tune_inputs=tune,
-                                 name="workbench_kda_dh", scale=static.scale, **common), None)
+                                 name="workbench_kda_dh", scale=static.scale, **common), None, None)
         return (*triton_call(khat, w, u, b, init, cu, bounds, kernel=sweep_kernels.chunk_kda_h_kernel,
                              out_shape=[state(N), state(NS, states_dtype), rows_v], grid=grid, tune_inputs=tune,
-                             name="workbench_kda_h", **common), None)
+                             name="workbench_kda_h", **common), None, None)
     segment = dict(scale=static.scale, NSEG=n_seg, REVERSE=reverse, **common)
     A_sweep = Aqk if reverse else None  # the forward sweeps read no Aqk (the fused output below does)
     ends, trans = triton_call(
@@ -301,18 +303,35 @@ def _state_sweep(q, k, khat, w, u, do, b, Aqk, init, cu, bounds, static: _Static
             khat, w, u, b, qbar, Aqk, starts, cu, bounds, kernel=sweep_kernels.chunk_kda_resweep_o_kernel,
             out_shape=[rows_v] + ([state(NS, states_dtype), rows_v] if save else [unused, unused]), grid=grid,
             tune_inputs=tune, name="workbench_kda_resweep_o", NSEG=n_seg, STORE=save, **common)
-        return (final, states, delta, o) if save else (final, None, None, o)
-    states, delta = triton_call(
-        q, k, khat, w, u, do, b, A_sweep, starts, cu, bounds, kernel=sweep_kernels.chunk_kda_resweep_kernel,
-        out_shape=[state(NS, states_dtype), rows_v], grid=grid, tune_inputs=tune,
-        name="workbench_kda_resweep", **segment)
-    return final, states, delta, None
+        return (final, states, delta, o, starts) if save else (final, None, None, o, starts)
+    states, delta = _resweep(q, k, khat, w, u, do, b, A_sweep, starts, cu, bounds, static, tune, reverse=reverse,
+                             states_dtype=states_dtype)
+    return final, states, delta, None, starts
+
+
+def _resweep(q, k, khat, w, u, do, b, Aqk, starts, cu, bounds, static: _Static, tune, *, reverse: bool,
+             states_dtype):
+    """(states [NS, H, K, V], δ [TT, H, V]) (REVERSE: dH, dδ): every segment of the two-level pass swept again
+    from its true entering state in `starts` [N · NSEG, H, K, V] (kda.18's last step), in parallel."""
+    values = do if reverse else u
+    TT, H, _ = w.shape
+    K, V, BK = _dims(w, values)
+    N = cu.shape[0] - 1
+    n_seg = starts.shape[0] // N
+    states = jax.ShapeDtypeStruct((bounds.shape[0], H, K, V), states_dtype)
+    return triton_call(
+        q, k, khat, w, u, do, b, Aqk, starts, cu, bounds, kernel=sweep_kernels.chunk_kda_resweep_kernel,
+        out_shape=[states, jax.ShapeDtypeStruct((TT, H, V), values.dtype)],
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H * n_seg), tune_inputs=tune,
+        name="workbench_kda_resweep", scale=static.scale, NSEG=n_seg, REVERSE=reverse, H=H, K=K, V=V,
+        BT=static.chunk_size, BK=BK, F32_DOT=_f32_dot(w))
 
 
 def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
-    """(o, final_state, residuals (b, A, Aqk, w, hs, δ)). With `save` the chunk-start states hs are kept in
-    float32 for the backward (dg's h ⊙ dH term reads them unrounded); without, they are stored in the
-    inputs' dtype, which is all the output's product reads of them (the same o, bit for bit)."""
+    """(o, final_state, residuals (b, A, Aqk, w, hs, δ), starts). With `save` the chunk-start states hs are kept
+    in float32 for the backward (dg's h ⊙ dH term reads them unrounded); without, they are stored in the
+    inputs' dtype, which is all the output's product reads of them (the same o, bit for bit). starts: the
+    two-level pass's segment-entering states (`_state_sweep`), None for one sweep per sequence."""
     TT, H, _ = q.shape
     K, V, BK = _dims(q, v)
     BT = static.chunk_size
@@ -337,14 +356,15 @@ def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
         A, Aqk = triton_call(q, k, b, beta, bounds, kernel=forward_kernels.chunk_kda_intra_kernel, out_shape=A_shapes,
                              grid=(NS, H), tune_inputs=tune, name="workbench_kda_intra", **intra)
         w, u, qbar, khat = _wu(q, k, v, b, beta, A, bounds, static, tune)
-    ht, hs, delta, o = _state_sweep(None, None, khat, w, u, None, b, Aqk, h0, cu, bounds, static, tune,
-                                    reverse=False, states_dtype=f32 if save else q.dtype, qbar=qbar, save=save)
+    ht, hs, delta, o, starts = _state_sweep(None, None, khat, w, u, None, b, Aqk, h0, cu, bounds, static, tune,
+                                            reverse=False, states_dtype=f32 if save else q.dtype, qbar=qbar,
+                                            save=save)
     if o is None:
         o = triton_call(qbar, Aqk, delta, hs, bounds, kernel=forward_kernels.chunk_kda_o_kernel,
                         out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
                         grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), tune_inputs=tune,
                         name="workbench_kda_o", V=V, F32_DOT=_f32_dot(q), **common)
-    return o, ht, (b, A, Aqk, w, hs, delta)
+    return o, ht, (b, A, Aqk, w, hs, delta), starts
 
 
 def _cumsum(g, bounds, static: _Static, tune):
@@ -366,18 +386,24 @@ def _wu(q, k, v, b, beta, A, bounds, static: _Static, tune):
                        K=K, V=v.shape[-1], BT=static.chunk_size, F32_DOT=_f32_dot(q))
 
 
-def _recomputed(q, k, v, g, beta, h0, cu, A, Aqk, static: _Static):
-    """The residuals of `_forward` (b, A, Aqk, w, hs, δ) formed again from the inputs and the kept A and Aqk
-    (`Tuning.residuals="recompute"`): the cumsum and WY kernels, then the forward state sweep without the
-    output — the kernels of the unfused forward, whose results equal the fused one's."""
+def _recomputed(q, k, v, g, beta, h0, cu, A, Aqk, starts, static: _Static):
+    """The residuals of `_forward` (b, A, Aqk, w, hs, δ) formed again from the inputs and the kept A, Aqk and
+    segment-entering states (`Tuning.residuals="recompute"`): the cumsum and WY kernels, then the states and δ
+    of every segment swept again from its entering state (the two-level pass's last step alone; with one sweep
+    per sequence, `starts` None, the whole sweep) — the kernels of the unfused forward, whose results equal the
+    fused one's."""
     TT = q.shape[0]
     N = cu.shape[0] - 1
     bounds = chunk_bounds(cu, TT, static.chunk_size)
     tune = stand_ins(N, TT, static.chunk_size)
     b = _cumsum(g, bounds, static, tune)
     w, u, _, khat = _wu(q, k, v, b, beta, A, bounds, static, tune)
-    _, hs, delta, _ = _state_sweep(None, None, khat, w, u, None, b, Aqk, h0, cu, bounds, static, tune, reverse=False,
-                                   states_dtype=jnp.float32)
+    if starts is None:
+        _, hs, delta, _, _ = _state_sweep(None, None, khat, w, u, None, b, Aqk, h0, cu, bounds, static, tune,
+                                          reverse=False, states_dtype=jnp.float32)
+    else:
+        hs, delta = _resweep(None, None, khat, w, u, None, b, None, starts, cu, bounds, static, tune, reverse=False,
+                             states_dtype=jnp.float32)
     return b, A, Aqk, w, hs, delta
 
 
@@ -397,8 +423,8 @@ def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static):
     matrix = jax.ShapeDtypeStruct((TT, H, BT), f32)
     dv_shape = jax.ShapeDtypeStruct(v.shape, v.dtype)
     common = dict(H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
-    dh0, dhs, ddelta, _ = _state_sweep(q, k, None, w, None, do, b, Aqk, dht, cu, bounds, static, tune, reverse=True,
-                                    states_dtype=f32)
+    dh0, dhs, ddelta, _, _ = _state_sweep(q, k, None, w, None, do, b, Aqk, dht, cu, bounds, static, tune,
+                                          reverse=True, states_dtype=f32)
     if static.tuning.fused_backward:
         a_t_pointer, trans_a = WY_VARIANTS[static.wy_variant]
         dq_s, dk_s, dv, dg_s, dbeta_s, dAqk, dL = triton_call(
@@ -431,16 +457,16 @@ def _reference_packed(q, k, v, g, beta, h0, cu, static: _Static):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
 def _chunk_kda_packed(q, k, v, g, beta, h0, cu, static: _Static):
-    o, ht, _ = _forward(q, k, v, g, beta, h0, cu, static, save=False)
+    o, ht, _, _ = _forward(q, k, v, g, beta, h0, cu, static, save=False)
     return o, ht
 
 
 def _chunk_kda_packed_fwd(q, k, v, g, beta, h0, cu, static: _Static):
     recompute = static.tuning.residuals == "recompute"
-    o, ht, residuals = _forward(q, k, v, g, beta, h0, cu, static, save=not recompute)
-    if recompute:
+    o, ht, residuals, starts = _forward(q, k, v, g, beta, h0, cu, static, save=not recompute)
+    if recompute:  # A, Aqk and the segments' entering states (float32 [N · NSEG, H, K, V]: a few MiB)
         _, A, Aqk, *_ = residuals
-        residuals = (A, Aqk)
+        residuals = (A, Aqk, starts)
     return (o, ht), (q, k, v, g, beta, h0, cu, residuals)
 
 
