@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -98,7 +99,7 @@ def compare_with_floor(name: str, kernel, reference, floor, oracle, ratio: float
     """
     comparison = compare(name, kernel, reference, oracle, ratio, atol)
     n = max(1, int(np.size(kernel)))
-    rounding = float(jnp.finfo(kernel.dtype).eps) / (2 * 3 ** 0.5) * (1 + 2.68 / n ** 0.5) ** 0.5
+    rounding = float(jnp.finfo(kernel.dtype).eps) / (2 * 3 ** 0.5) * _three_deviations_up(n, 2.68)
     floor_err = 0.0 if floor is None else rms_rel(floor, oracle)
     yardstick = max(float(np.hypot(comparison.reference_err, floor_err)), rounding)
     extra = ratio * max(0.0, yardstick - comparison.reference_err)
@@ -467,7 +468,14 @@ def few_elements_allowance(n: int) -> float:
     term the same for the same reason). Without it, a float32 sum of eight cancelling products added in another
     random order than the reference's failed the floor in 21 of 800 draws, with it in 1
     (tests/test_testing.py::test_another_order_of_a_cancelling_sum_passes_the_floor_in_all_but_a_rare_draw)."""
-    return float(np.sqrt(1.0 + 3.0 * np.sqrt(2.0) / np.sqrt(max(1, int(n)))))
+    return _three_deviations_up(n, 3.0 * np.sqrt(2.0))
+
+
+def _three_deviations_up(n: int, spread: float) -> float:
+    """√(1 + spread / √n): an RMS over n elements at three standard deviations of its mean square above the mean,
+    `spread` being three times the relative deviation of one element's square (2.68 for uniform roundings,
+    `compare_with_floor`; 3√2 for normal errors, `few_elements_allowance`)."""
+    return float(np.sqrt(1.0 + spread / np.sqrt(max(1, int(n)))))
 
 
 def to_float64(tree):
