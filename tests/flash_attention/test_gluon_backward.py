@@ -7,6 +7,7 @@ import workbench  # noqa: F401  (first: decides compiled vs interpreted Triton)
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from tests.helpers import assert_fits_hopper, raises
@@ -113,3 +114,45 @@ def test_its_launch_compiles_for_hopper_within_registers_and_shared_memory(D, dt
     (row,) = result["resources"]
     assert_fits_hopper(row, gluon_backward.CONFIG, stack=8,
                        barriers={*gluon_backward.DS_BARRIERS, *gluon_kernels.TURNS})
+
+
+def _offsets(layout, shape):
+    """Element offset of every (row, column) of a `SharedLinearLayout` (the XOR of the bases of the offset's set
+    bits: the layout maps offset bit i to the coordinate `offset_bases[i]`)."""
+    where = np.full(shape, -1)
+    for offset in range(shape[0] * shape[1]):
+        r = c = 0
+        for bit, (br, bc) in enumerate(layout.offset_bases):
+            if offset >> bit & 1:
+                r, c = r ^ br, c ^ bc
+        where[r, c] = offset
+    return where
+
+
+@pytest.mark.skipif(not NEW_TRITON, reason="gluon_backward imports Triton 3.9's Gluon")
+@pytest.mark.parametrize("D", [64, 128])
+def test_the_dq_staging_is_the_tma_box_and_free_of_bank_conflicts(D):
+    """`dq_staging_layouts`: a group's [64, D/2] float32 dQ share sits in shared memory as D/16 boxes of [64, 8] one
+    after another, the order of the [blocks, rows, 8] TMA box (so the reduction adds each value to its own (row,
+    column)); and each 8-byte store of a wgmma register pair (a warp's 32 lanes: rows r0 + lane/4, columns
+    8j + 2·(lane mod 4)) covers all 32 banks exactly twice: the two wavefronts 256 bytes need, where the plain
+    row-major tile of main took 8 (NOTES.md, "The Hopper backward")."""
+    BM, cols = gluon_backward.CONFIG["BM"], D // 2
+    staging, box = gluon_backward.dq_staging_layouts(BM, cols)
+    where = _offsets(staging, (BM, cols))
+    assert sorted(where.ravel()) == list(range(BM * cols))  # one place per value
+    r, c = np.meshgrid(np.arange(BM), np.arange(cols), indexing="ij")
+    assert (where == (c // 8) * BM * 8 + r * 8 + c % 8).all()  # box c/8, row r, column c mod 8
+    assert box.rank == 3 and box.swizzle_byte_width == 0
+    lanes = np.arange(32)
+
+    def wavefronts(offsets):  # 4-byte words at the 32 lanes' 8-byte stores: the most any bank serves
+        words = np.concatenate([offsets, offsets + 1])
+        return max(np.bincount(words % 32, minlength=32).max(), 2)
+
+    plain = lambda rows, columns: rows * cols + columns  # noqa: E731  (main's tile)
+    for r0 in range(0, BM, 8):
+        for j in range(cols // 8):
+            rows, columns = r0 + lanes // 4, 8 * j + 2 * (lanes % 4)
+            assert wavefronts(where[rows, columns]) == 2, (r0, j)
+            assert wavefronts(plain(rows, columns)) == 8

@@ -15,8 +15,9 @@ walks the query tiles of every head of its group. Three partitions share its sha
   - each group forms dV += Pᵀ dO and dK += dSᵀ q from registers and stores its dSᵀ into a shared [128 keys, 64
     rows] tile (three buffers); once the other group's half of that tile is there too (named barriers 10-13, one
     per group and parity, arrived at by the storing group, waited at by the other), it forms dQ for half of D's
-    columns, dS (64 rows × 128 keys) · K[:, its columns], which one TMA reduction adds into float32 dq
-    (unscaled, zeroed by the launch). Causal launches form it one step later (DEFER, `DEFER_DQ`): issued in the
+    columns, dS (64 rows × 128 keys) · K[:, its columns], stages it as [64, 8] boxes (32-byte rows: stores
+    without bank conflicts) and adds it into float32 dq (unscaled, zeroed by the launch) with one TMA reduction
+    of a 3-D box (`dq_staging_layouts`). Causal launches form it one step later (DEFER, `DEFER_DQ`): issued in the
     step it was stored, that product makes each group wait for the other every step, which kept them in lock
     step; non-causal ones measured faster in the same step.
 
@@ -97,13 +98,32 @@ def _dq_issue(ds_smem, k_cols, dq_zero, t, WG: gl.constexpr):
                          is_async=True)
 
 
+@gluon.constexpr_function
+def dq_staging_layouts(BM, columns):
+    """How a group's [BM, columns] float32 dQ share sits in shared memory: as columns/8 boxes of [BM, 8], box
+    after box (`offset_bases`: element offsets 1, 2, 4 step a column within a box, 8·2^i a row, 8·BM·2^i a box).
+    Its 32-byte rows put the 8 rows of a wgmma register pair on 8 different bank quads (an unswizzled [BM,
+    columns] tile's 256-byte rows put them on one: 8-way conflicts, measured: NOTES.md); the same bytes seen as
+    [boxes, BM, 8] (the second layout) are one box of dq's 3-D descriptor (`flash_bwd_pingpong_kernel`)."""
+    offsets = [[0, 1], [0, 2], [0, 4]]
+    offsets += [[1 << i, 0] for i in range(BM.bit_length() - 1)]
+    offsets += [[0, 8 << i] for i in range((columns // 8).bit_length() - 1)]
+    return (gl.SharedLinearLayout(offset_bases=offsets),
+            gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3))
+
+
 @gluon.jit
-def _dq_store(dq_part, dq_smem, dq_desc, row, col):
-    """The finished dQ share to shared memory and one TMA reduction into dq (the previous one has read it)."""
+def _dq_store(dq_part, dq_smem, dq_desc, row, block):
+    """The finished dQ share to shared memory, box after box (`dq_staging_layouts`), and one TMA reduction into
+    this group's dq descriptor at its first row and first 8-column block; the previous reduction has read the
+    buffer."""
+    BM: gl.constexpr = dq_part.shape[0]
+    COLS: gl.constexpr = dq_part.shape[1]
+    layouts: gl.constexpr = dq_staging_layouts(BM, COLS)
     tma.store_wait(0)
-    dq_smem.store(dq_part)
+    dq_smem.reinterpret(gl.float32, [BM, COLS], layouts[0]).store(dq_part)
     fence_async_shared()
-    tma.async_atomic_add(dq_desc, [row, col], dq_smem)
+    tma.async_atomic_add(dq_desc, [block, row, 0], dq_smem)
 
 
 @gluon.jit
@@ -131,16 +151,14 @@ def _group(k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_sme
     st_zero = gl.zeros([BK, BM], gl.float32, layout=st_layout)
     dq_zero = gl.zeros([BM, D // 2], gl.float32, layout=dq_layout)
     n_first = n0 + WG * BK  # this group's first key
-    o_n = n_first + gl.arange(0, BK, layout=gl.SliceLayout(1, st_layout))
-    col_wg = col_h0 + WG * (D // 2)
     if WG == 1:
         turn_pass(1)  # group 0 goes first
     if DEFER:
         _ds_stored(WG, -1)  # step 0's dQ product waits for "tile −1"
     mbarrier.wait(kv_bar, 0)
     t = 0
-    dq_row = row0  # where the previous tile's dQ share goes
-    dq_col = col_wg
+    dq_row = row0  # where the previous tile's dQ share goes: its first row, its first 8-column block past the
+    dq_block = 0  # group's first column
     for g in range(G):
         for j in range(n_tiles):
             m0 = lo + j * BM
@@ -162,6 +180,7 @@ def _group(k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_sme
                 masked = masked | (n_first + BK - 1 > m0)
             if masked:
                 o_m = m0 + gl.arange(0, BM, layout=gl.SliceLayout(0, st_layout))
+                o_n = n_first + gl.arange(0, BK, layout=gl.SliceLayout(1, st_layout))
                 seen = gl.expand_dims(o_n < T, 1)
                 if CAUSAL:
                     seen = seen & (gl.expand_dims(o_m, 0) >= gl.expand_dims(o_n, 1))
@@ -182,22 +201,22 @@ def _group(k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_sme
             if not DEFER:
                 dq_part = _dq_issue(ds_smem, k_cols, dq_zero, t, WG)
                 dq_row = row0 + m0
-                dq_col = col_wg + g * D
+                dq_block = g * (D // 8)
             dv_acc, dk_acc, dq_part = warpgroup_mma_wait(0, deps=(dv_acc, dk_acc, dq_part))
             if DEFER:
                 if t > 0:
-                    _dq_store(dq_part, dq_smem, dq_desc, dq_row, dq_col)
+                    _dq_store(dq_part, dq_smem, dq_desc, dq_row, dq_block)
             else:
-                _dq_store(dq_part, dq_smem, dq_desc, dq_row, dq_col)
+                _dq_store(dq_part, dq_smem, dq_desc, dq_row, dq_block)
             release_slot(q_empty.index(i))
             release_slot(do_empty.index(i))
             dq_row = row0 + m0
-            dq_col = col_wg + g * D
+            dq_block = g * (D // 8)
             t += 1
     if DEFER:
         dq_part = _dq_issue(ds_smem, k_cols, dq_zero, t - 1, WG)
         dq_part = warpgroup_mma_wait(0, deps=(dq_part, ))
-        _dq_store(dq_part, dq_smem, dq_desc, dq_row, dq_col)
+        _dq_store(dq_part, dq_smem, dq_desc, dq_row, dq_block)
     tma.store_wait(0)
     o_k = n_first + gl.arange(0, BK, layout=gl.SliceLayout(1, acc_layout))
     o_d = gl.arange(0, D, layout=gl.SliceLayout(0, acc_layout))
@@ -232,14 +251,13 @@ def flash_bwd_pingpong_kernel(q, k, v, do, lse2, delta, B, T, TP, scale, dk, dv,
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, D], dtype)
     kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], dtype)
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BM], dtype)
-    f32_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
     vec_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
     # rows of every batch one after another: a box at (b·T + m, h·D) is rows m.. of head h of batch b
     q_desc = tma.make_tensor_descriptor(q, [NROWS, H * D], [H * D, 1], [BM, D], q_layout)
     do_desc = tma.make_tensor_descriptor(do, [NROWS, H * D], [H * D, 1], [BM, D], q_layout)
     k_desc = tma.make_tensor_descriptor(k, [NROWS, HKV * D], [HKV * D, 1], [BN, D], kv_layout)
     v_desc = tma.make_tensor_descriptor(v, [NROWS, HKV * D], [HKV * D, 1], [BN, D], kv_layout)
-    dq_desc = tma.make_tensor_descriptor(dq, [NROWS, H * D], [H * D, 1], [BM, D // 2], f32_layout)
+    dq_layouts: gl.constexpr = dq_staging_layouts(BM, D // 2)
     lse_desc = tma.make_tensor_descriptor(lse2, [B * H * TP], [1], [BM], vec_layout)
     delta_desc = tma.make_tensor_descriptor(delta, [B * H * TP], [1], [BM], vec_layout)
     # programs start in x order: a head's key blocks together, so the ~132 resident ones share a few heads' q and
@@ -254,6 +272,14 @@ def flash_bwd_pingpong_kernel(q, k, v, do, lse2, delta, B, T, TP, scale, dk, dv,
     if CAUSAL:  # (fa.1) Tq = Tk: query rows before n0 see none of these keys
         lo = (n0 // BM) * BM
     n_tiles = gl.cdiv(T - lo, BM)
+    # dq [B·T, H·D] from a group's first column seen as [8-column block, row, 8] (strides not in decreasing
+    # order: TMA steps each dimension by its own): a box is the group's dQ share of a tile, box after box as it
+    # is staged. One descriptor per group, its columns in the base: a third varying coordinate made the
+    # groups spill
+    dq_desc0 = tma.make_tensor_descriptor(dq + col_h0, [G * D // 8, NROWS, 8], [8, H * D, 1], [D // 16, BM, 8],
+                                          dq_layouts[1])
+    dq_desc1 = tma.make_tensor_descriptor(dq + col_h0 + D // 2, [G * D // 8, NROWS, 8], [8, H * D, 1],
+                                          [D // 16, BM, 8], dq_layouts[1])
 
     k_smem = gl.allocate_shared_memory(dtype, [BN, D], kv_layout)
     v_smem = gl.allocate_shared_memory(dtype, [BN, D], kv_layout)
@@ -262,7 +288,7 @@ def flash_bwd_pingpong_kernel(q, k, v, do, lse2, delta, B, T, TP, scale, dk, dv,
     lse_bufs = gl.allocate_shared_memory(gl.float32, [NBUF, BM], vec_layout)
     delta_bufs = gl.allocate_shared_memory(gl.float32, [NBUF, BM], vec_layout)
     ds_smem = gl.allocate_shared_memory(dtype, [NDS, BN, BM], ds_layout)
-    dq_smem = gl.allocate_shared_memory(gl.float32, [2, BM, D // 2], f32_layout)
+    dq_smem = gl.allocate_shared_memory(gl.float32, [D // 8, BM, 8], dq_layouts[1])  # both groups' boxes
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
     do_ready = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
@@ -280,12 +306,12 @@ def flash_bwd_pingpong_kernel(q, k, v, do, lse2, delta, B, T, TP, scale, dk, dv,
 
     qk_scale = scale * 1.4426950408889634
     gl.warp_specialize([
-        (_group, (k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_smem, dq_smem.index(0), q_ready,
-                  do_ready, q_empty, do_empty, dq_desc, dk, dv, row0, col_h0, n0, lo, n_tiles, G, T, qk_scale, scale,
-                  hk, 0, HKV, BM, D, NBUF, CAUSAL, DEFER)),
-        (_group_1, (k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_smem, dq_smem.index(1),
-                    q_ready, do_ready, q_empty, do_empty, dq_desc, dk, dv, row0, col_h0, n0, lo, n_tiles, G, T,
-                    qk_scale, scale, hk, HKV, BM, D, NBUF, CAUSAL, DEFER)),
+        (_group, (k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_smem, dq_smem.slice(0, D // 16),
+                  q_ready, do_ready, q_empty, do_empty, dq_desc0, dk, dv, row0, col_h0, n0, lo, n_tiles, G, T,
+                  qk_scale, scale, hk, 0, HKV, BM, D, NBUF, CAUSAL, DEFER)),
+        (_group_1, (k_smem, v_smem, kv_bar, q_bufs, do_bufs, lse_bufs, delta_bufs, ds_smem,
+                    dq_smem.slice(D // 16, D // 16), q_ready, do_ready, q_empty, do_empty, dq_desc1, dk, dv, row0,
+                    col_h0, n0, lo, n_tiles, G, T, qk_scale, scale, hk, HKV, BM, D, NBUF, CAUSAL, DEFER)),
         (_load_q_do, (q_desc, do_desc, lse_desc, delta_desc, q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready,
                       do_ready, q_empty, do_empty, row0, col_h0, stat0, TP, lo, n_tiles, G, BM, D, NBUF)),
     ], [4, 1], [REGS, 24])
