@@ -133,6 +133,20 @@ def test_backward_sweeps_at_256_keys_fit_hopper_shared_memory():
     assert shared[1] <= compile_check.SHARED_LIMIT < shared[2], shared
 
 
+def test_the_kda_state_pass_holds_its_transfer_matrices_without_spilling():
+    """kda/NOTES.md, "The two-level pass": the state pass carries a [K, K] transfer matrix through its serial loop
+    over segments and must hold it in registers: at K = 128 launched with 4 warps it spilled 592-704 bytes per
+    thread inside that loop on Triton 3.9 (8 warps: none); at K = 64, 4 warps hold it."""
+    specs = [s for K in (64, 128) for s in _kda_sweeps(K, T=16384) if s["kernel"] == "chunk_state_pass_kernel"]
+    assert {s["constexprs"]["K"] for s in specs} == {64, 128}, specs
+    result = compile_check.compile_all(specs, last="resources", workers=2)
+    assert not result["failed"], result["failed"]
+    for row in result["resources"]:
+        print(f"chunk_state_pass_kernel, K = {row['spec']['constexprs']['K']}, {row['spec']['num_warps']} warps: "
+              f"{row['resources']}")
+        assert row["resources"]["stack"] == 0 and row["resources"]["LDL"] == 0, row["resources"]
+
+
 @triton.jit
 def retyped_in_loop(x, y, N: tl.constexpr):
     """Runs in the interpreter; the compiler rejects `acc` turning from int32 to float32 in the loop."""

@@ -295,7 +295,7 @@ def _state_sweep(q, k, khat, w, u, do, b, Aqk, init, cu, bounds, static: _Static
     starts, final = triton_call(
         ends, trans, init, kernel=tl_chunked.chunk_state_pass_kernel, out_shape=[state(N * n_seg), state(N)],
         grid=(triton.cdiv(V, 32), N * H), name="workbench_kda_state_pass", H=H, K=K, V=V, BK=BK, BV=32, NSEG=n_seg,
-        REVERSE=reverse, MATRIX=True)
+        REVERSE=reverse, MATRIX=True, num_warps=8 if K > 64 else 4)  # at K = 128, 4 spill the [K, K] matrix (NOTES)
     grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H * n_seg)  # noqa: E731
     if not reverse and qbar is not None and static.tuning.fused_output:
         unused = jax.ShapeDtypeStruct((1,), states_dtype)  # never written: STORE is off
