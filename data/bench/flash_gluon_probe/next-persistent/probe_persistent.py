@@ -1,5 +1,6 @@
 """Issue 47: the persistent Gluon forward (branch gluon-fwd-persistent: grid min(blocks, SMs), each program walks its
-blocks, the next block's K, V and q loading while the groups finish this one) against main's one program per block
+blocks, the next block's K, V and q loading while the groups finish this one; the final version persistent only
+where not causal, `gluon_kernels.grid`) against main's one program per block
 (`gluon_kernels_main.py`, a copy), same inputs, each timed twice, cuDNN's forward beside them (H = HKV). One JSON line
 per shape; ms = [median, min] of 10 samples of 8 copies in one program. Outputs must be equal bit for bit (the same
 arithmetic per block); Tq ≠ Tk and a T that is not a multiple of the blocks check the masks across batches."""
@@ -15,15 +16,17 @@ import gluon_kernels_main as current
 def fwd(module, q, k, v, causal, keep_f32=False):
     B, T, H, D = q.shape
     config = dict(module.CONFIG)
-    blocks = triton.cdiv(T, module.BLOCK_M)
-    new = module is persistent
-    args = (q, k, v, B, T, k.shape[1], D ** -0.5) if new else (q, k, v, T, k.shape[1], D ** -0.5)
+    if module is persistent:  # the op's launch: persistent where not causal (`gluon_kernels.grid`)
+        grid, flag = module.grid(B, T, H, causal)
+        args, extra = (q, k, v, B, T, k.shape[1], D ** -0.5), dict(PERSISTENT=flag)
+    else:
+        grid, args, extra = (triton.cdiv(T, module.BLOCK_M), B * H), (q, k, v, T, k.shape[1], D ** -0.5), {}
     return workbench.triton_call(
         *args, kernel=module.flash_fwd_pingpong_kernel,
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((B, H, T), jnp.float32),
                    jax.ShapeDtypeStruct(q.shape if keep_f32 else (0,), jnp.float32)],
-        grid=(min(blocks * B * H, sm_count()),) if new else (blocks, B * H), num_warps=config.pop("num_warps"),
-        maxnreg=config.pop("maxnreg"), H=H, HKV=k.shape[2], D=D, CAUSAL=causal, KEEP_F32=keep_f32, **config)
+        grid=grid, num_warps=config.pop("num_warps"), maxnreg=config.pop("maxnreg"), H=H, HKV=k.shape[2], D=D,
+        CAUSAL=causal, KEEP_F32=keep_f32, **extra, **config)
 
 
 def timed(f, args, N=8, ITERS=10):
@@ -40,7 +43,7 @@ print(json.dumps({"triton": triton.__version__, "jax": jax.__version__, "device"
                   "sms": sm_count()}), flush=True)
 SHAPES = ((3, 200, 300, 4, 2, 64), (2, 777, 777, 4, 1, 128), (4, 4096, 4096, 16, 16, 128),
           (1, 16384, 16384, 16, 16, 128), (4, 4096, 4096, 16, 16, 64), (1, 1024, 1024, 16, 16, 128),
-          (2, 1000, 1000, 8, 2, 128), (4, 4096, 4096, 32, 8, 128))
+          (2, 1000, 1000, 8, 2, 128), (4, 4096, 4096, 32, 8, 128))[:int(os.environ.get("NSHAPES", 8))]
 for (B, TQ, TK, H, HKV, D) in SHAPES:
     ks = jax.random.split(jax.random.key(TQ + D), 3)
     q = jax.random.normal(ks[0], (B, TQ, H, D), jnp.bfloat16)
