@@ -28,9 +28,12 @@ causal (window, softcap, sinks, bias, segments, dropout, packed sequences) stay 
 chooses).
 """
 
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+from ..launch import sm_count
 
 BR = gl.constexpr(64)  # rows of one warp group; a program's block is 2·BR
 LN2 = gl.constexpr(0.6931471805599453)
@@ -80,18 +83,43 @@ def release_slot(bar):
 
 
 @gluon.jit
-def _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, n_tiles,
-             BN: gl.constexpr, NBUF: gl.constexpr):
-    """The loading warp: tile j goes to slot j % NBUF once both groups released the tile that was there."""
-    for j in range(n_tiles):
-        i = j % NBUF
-        phase = (j // NBUF) & 1
-        mbarrier.wait(k_empty.index(i), phase ^ 1)
-        mbarrier.expect(k_ready.index(i), k_desc.block_type.nbytes)
-        tma.async_load(k_desc, [j * BN, 0], k_ready.index(i), k_bufs.index(i))
-        mbarrier.wait(v_empty.index(i), phase ^ 1)
-        mbarrier.expect(v_ready.index(i), v_desc.block_type.nbytes)
-        tma.async_load(v_desc, [j * BN, 0], v_ready.index(i), v_bufs.index(i))
+def _block(tile, n_m, TQ, TK, H: gl.constexpr, BN: gl.constexpr, CAUSAL: gl.constexpr):
+    """(batch, head, first row m0, key tiles, tiles with no masked key) of block `tile` of the persistent order:
+    a head's blocks one after another (the ~132 programs at work share a few heads' K and V in L2), causal ones
+    from the last (the longest) down. A block that sees no key still runs one tile, all of it masked."""
+    i_bh = tile // n_m
+    i_m = n_m - 1 - tile % n_m
+    m0 = i_m * (2 * BR)
+    off = TK - TQ  # (fa.1) causal aligned bottom-right: row i sees keys j ≤ i + off
+    n_tiles = gl.cdiv(TK, BN)
+    n_full = TK // BN  # tiles with no key past TK
+    if CAUSAL:
+        n_tiles = gl.cdiv(gl.maximum(gl.minimum(m0 + 2 * BR + off, TK), 0), BN)
+        n_full = gl.minimum(gl.maximum(m0 + off, 0) // BN, n_full)  # and none past the block's first row's reach
+    return i_bh // H, i_bh % H, m0, gl.maximum(n_tiles, 1), n_full
+
+
+@gluon.jit
+def _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, n_m, n_blocks, TQ, TK,
+             H: gl.constexpr, HKV: gl.constexpr, D: gl.constexpr, BN: gl.constexpr, NBUF: gl.constexpr,
+             CAUSAL: gl.constexpr):
+    """The loading warp: the c-th K, V tile of the program (over all its blocks) goes to slot c % NBUF once both
+    groups released the tile that was there; the next block's first tiles load while the groups finish this one."""
+    c = 0
+    for tile in range(gl.program_id(0), n_blocks, gl.num_programs(0)):
+        i_b, i_h, m0, n_tiles, n_full = _block(tile, n_m, TQ, TK, H, BN, CAUSAL)
+        row0 = i_b * TK
+        col = (i_h // (H // HKV)) * D
+        for j in range(n_tiles):
+            i = c % NBUF
+            phase = (c // NBUF) & 1
+            mbarrier.wait(k_empty.index(i), phase ^ 1)
+            mbarrier.expect(k_ready.index(i), k_desc.block_type.nbytes)
+            tma.async_load(k_desc, [row0 + j * BN, col], k_ready.index(i), k_bufs.index(i))
+            mbarrier.wait(v_empty.index(i), phase ^ 1)
+            mbarrier.expect(v_ready.index(i), v_desc.block_type.nbytes)
+            tma.async_load(v_desc, [row0 + j * BN, col], v_ready.index(i), v_bufs.index(i))
+            c += 1
 
 
 @gluon.jit
@@ -120,40 +148,38 @@ def _online_softmax(s, m_i, l_i, r0, j0, TK, off, qk_scale, layout: gl.constexpr
 
 
 @gluon.jit
-def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o_base, o32_base,
-           lse_base, TQ, TK, off, m0, n_tiles, n_full, qk_scale, WG: gl.constexpr, ROW: gl.constexpr, BN: gl.constexpr,
-           D: gl.constexpr, NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
-    """Rows [m0 + WG·BR, m0 + (WG+1)·BR) of the block: their q tile, the shared K, V ring, their o and lse.
-    A group issues products only in its turn; turns alternate 0, 1, 0, …: group 1 passes the first turn to
-    group 0, and skips its own last pass, so that each named barrier sees as many arrivals as waits."""
+def _group_block(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o, o32, lse, n_m,
+                 n_blocks, TQ, TK, qk_scale, tile, next_tile, c, q_phase, WG: gl.constexpr, H: gl.constexpr,
+                 BN: gl.constexpr, D: gl.constexpr, NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
+    """This group's rows of block `tile`: its q tile (loaded, phase `q_phase`), the program's K, V tiles c, c + 1,
+    …; loads `next_tile`'s q once this block's last q kᵀ has read the buffer (none past `n_blocks`). Returns the
+    K, V tiles consumed."""
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
     dtype: gl.constexpr = q_smem.dtype
+    ROW: gl.constexpr = H * D
+    s_zero = gl.zeros([BR, BN], gl.float32, layout=layout)
+    off = TK - TQ
+    i_b, i_h, m0, n_tiles, n_full = _block(tile, n_m, TQ, TK, H, BN, CAUSAL)
     r0 = m0 + WG * BR
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_load(q_desc, [r0, 0], q_bar, q_smem)
     m_i = gl.full([BR], float("-inf"), gl.float32, layout=gl.SliceLayout(1, layout))
     l_i = gl.zeros([BR], gl.float32, layout=gl.SliceLayout(1, layout))
     acc = gl.zeros([BR, D], gl.float32, layout=o_layout)
-    s_zero = gl.zeros([BR, BN], gl.float32, layout=layout)
-
-    if WG == 1:
-        turn_pass(1)  # group 0 goes first
-    mbarrier.wait(q_bar, 0)
-    mbarrier.wait(k_ready.index(0), 0)
+    mbarrier.wait(q_bar, q_phase)
+    wait_phase(k_ready.index(c % NBUF), (c // NBUF) & 1)
     turn_wait(WG)
-    s = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s = warpgroup_mma(q_smem, k_bufs.index(c % NBUF).permute((1, 0)), s_zero, use_acc=False, is_async=True)
     turn_pass(WG)
     s = warpgroup_mma_wait(0, deps=(s, ))
-    release_slot(k_empty.index(0))
+    release_slot(k_empty.index(c % NBUF))
     p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, r0, 0, TK, off, qk_scale, layout, BN, n_full == 0, CAUSAL)
     for j in range(1, n_tiles):
-        i = j % NBUF
-        i_prev = (j - 1) % NBUF
-        wait_phase(k_ready.index(i), (j // NBUF) & 1)
-        wait_phase(v_ready.index(i_prev), ((j - 1) // NBUF) & 1)
+        i = (c + j) % NBUF
+        i_prev = (c + j - 1) % NBUF
+        wait_phase(k_ready.index(i), ((c + j) // NBUF) & 1)
+        wait_phase(v_ready.index(i_prev), ((c + j - 1) // NBUF) & 1)
         turn_wait(WG)
         s = warpgroup_mma(q_smem, k_bufs.index(i).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_bufs.index(i_prev), acc, is_async=True)
@@ -165,17 +191,22 @@ def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_e
         acc = warpgroup_mma_wait(0, deps=(acc, ))
         release_slot(v_empty.index(i_prev))
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_layout), 1)
-    i_last = (n_tiles - 1) % NBUF
-    wait_phase(v_ready.index(i_last), ((n_tiles - 1) // NBUF) & 1)
+    if next_tile < n_blocks:  # the last q kᵀ has read q: the next block's q loads beside the last P V and stores
+        b_next, h_next, m_next, _, _ = _block(next_tile, n_m, TQ, TK, H, BN, CAUSAL)
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+        tma.async_load(q_desc, [b_next * TQ + m_next + WG * BR, h_next * D], q_bar, q_smem)
+    i_last = (c + n_tiles - 1) % NBUF
+    wait_phase(v_ready.index(i_last), ((c + n_tiles - 1) // NBUF) & 1)
     turn_wait(WG)
     acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_bufs.index(i_last), acc, is_async=True)
-    if WG == 0:  # group 1's last pass would meet no wait
-        turn_pass(0)
+    if (WG == 0) | (next_tile < n_blocks):  # group 1's very last pass would meet no wait
+        turn_pass(WG)
     acc = warpgroup_mma_wait(0, deps=(acc, ))
     release_slot(v_empty.index(i_last))
 
     seen = l_i > 0  # (fa.10) a row that saw no key: o = 0, lse = −∞
     acc = acc / gl.expand_dims(gl.convert_layout(gl.where(seen, l_i, 1.0), row_layout), 1)  # (fa.4)
+    q_head = (i_b.to(gl.int64) * TQ * H + i_h) * D
     o_m = r0 + gl.arange(0, BR, layout=row_layout)
     o_d = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
     offsets = gl.expand_dims(o_m.to(gl.int64) * ROW, 1) + gl.expand_dims(o_d, 0)
@@ -184,53 +215,76 @@ def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_e
         s_m = r0 + gl.arange(0, BR, layout=gl.SliceLayout(1, st_layout))
         s_d = gl.arange(0, D, layout=gl.SliceLayout(0, st_layout))
         s_offsets = gl.expand_dims(s_m.to(gl.int64) * ROW, 1) + gl.expand_dims(s_d, 0)
-        gl.store(o_base + s_offsets, gl.convert_layout(acc.to(dtype), st_layout), mask=gl.expand_dims(s_m < TQ, 1))
+        gl.store(o + q_head + s_offsets, gl.convert_layout(acc.to(dtype), st_layout),
+                 mask=gl.expand_dims(s_m < TQ, 1))
     else:
-        gl.store(o_base + offsets, acc.to(dtype), mask=gl.expand_dims(o_m < TQ, 1))
+        gl.store(o + q_head + offsets, acc.to(dtype), mask=gl.expand_dims(o_m < TQ, 1))
     if KEEP_F32:  # float32: a lane's two neighbouring values and its quad's fill whole sectors
-        gl.store(o32_base + offsets, acc, mask=gl.expand_dims(o_m < TQ, 1))
+        gl.store(o32 + q_head + offsets, acc, mask=gl.expand_dims(o_m < TQ, 1))
     lse_rows = r0 + gl.arange(0, BR, layout=gl.SliceLayout(1, layout))
-    gl.store(lse_base + lse_rows, gl.where(seen, (m_i + gl.log2(l_i)) * LN2, float("-inf")), mask=lse_rows < TQ)
+    gl.store(lse + (i_b * H + i_h).to(gl.int64) * TQ + lse_rows,
+             gl.where(seen, (m_i + gl.log2(l_i)) * LN2, float("-inf")), mask=lse_rows < TQ)
+    return n_tiles
 
 
 @gluon.jit
-def _group_1(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o_base, o32_base,
-             lse_base, TQ, TK, off, m0, n_tiles, n_full, qk_scale, ROW: gl.constexpr, BN: gl.constexpr,
-             D: gl.constexpr,
-             NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
+def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o, o32, lse, n_m, n_blocks,
+           TQ, TK, qk_scale, WG: gl.constexpr, H: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
+           NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr, PERSISTENT: gl.constexpr):
+    """Rows [m0 + WG·BR, m0 + (WG+1)·BR) of each block of the program (`_group_block`): one block, or with
+    PERSISTENT the blocks program_id, program_id + programs, …. A group issues products only in its turn; turns
+    alternate 0, 1, 0, … across the program's blocks: group 1 passes the first turn to group 0 and skips only its
+    very last pass, so that each named barrier sees as many arrivals as waits."""
+    if WG == 1:
+        turn_pass(1)  # group 0 goes first
+    tile = gl.program_id(0)
+    i_b, i_h, m0, _, _ = _block(tile, n_m, TQ, TK, H, BN, CAUSAL)
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_load(q_desc, [i_b * TQ + m0 + WG * BR, i_h * D], q_bar, q_smem)
+    if PERSISTENT:
+        c = 0  # K, V tiles this program consumed before this block
+        q_phase = 0
+        while tile < n_blocks:
+            next_tile = tile + gl.num_programs(0)
+            c += _group_block(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o, o32, lse,
+                              n_m, n_blocks, TQ, TK, qk_scale, tile, next_tile, c, q_phase, WG, H, BN, D, NBUF, CAUSAL,
+                              KEEP_F32)
+            q_phase ^= 1
+            tile = next_tile
+    else:
+        _group_block(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o, o32, lse, n_m,
+                     n_blocks, TQ, TK, qk_scale, tile, n_blocks, 0, 0, WG, H, BN, D, NBUF, CAUSAL, KEEP_F32)
+
+
+@gluon.jit
+def _group_1(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o, o32, lse, n_m, n_blocks,
+             TQ, TK, qk_scale, H: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NBUF: gl.constexpr,
+             CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr, PERSISTENT: gl.constexpr):
     """The worker partition's entry: `_group` for the second half of the rows."""
-    _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o_base, o32_base,
-           lse_base, TQ, TK, off, m0, n_tiles, n_full, qk_scale, 1, ROW, BN, D, NBUF, CAUSAL, KEEP_F32)
+    _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o, o32, lse, n_m, n_blocks,
+           TQ, TK, qk_scale, 1, H, BN, D, NBUF, CAUSAL, KEEP_F32, PERSISTENT)
 
 
 @gluon.jit
-def flash_fwd_pingpong_kernel(q, k, v, TQ, TK, scale, o, lse, o32, H: gl.constexpr, HKV: gl.constexpr,
+def flash_fwd_pingpong_kernel(q, k, v, B, TQ, TK, scale, o, lse, o32, H: gl.constexpr, HKV: gl.constexpr,
                               D: gl.constexpr, BN: gl.constexpr, NBUF: gl.constexpr, REGS: gl.constexpr,
-                              CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
-    """o (and its float32 copy o32 when KEEP_F32), lse of one 128-row block of one (batch, head); grid
-    (cdiv(TQ, 128), B·H), num_warps 4 (the first group; the second group and the loading warp are workers).
-    Causal blocks run in reverse order, the longest first."""
+                              CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr, PERSISTENT: gl.constexpr):
+    """o (and its float32 copy o32 when KEEP_F32), lse of the 128-row blocks of every (batch, head) in the order of
+    `_block`: grid (blocks,), one block a program; with PERSISTENT grid (min(blocks, SMs),), the blocks program_id,
+    program_id + programs, … (the next block's loads overlap this one's last products and stores). Persistent only
+    where the blocks' work is equal: causal ones differ up to T/128-fold, and a fixed share of them left programs
+    2-3× apart (NOTES.md, "The Hopper forward"). num_warps 4 (the first group; the second group and the loading
+    warp are workers)."""
     dtype: gl.constexpr = q.dtype.element_ty
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BR, D], dtype)
     kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], dtype)
-    i_m = gl.num_programs(0) - 1 - gl.program_id(0)
-    i_bh = gl.program_id(1)
-    i_b = i_bh // H
-    i_h = i_bh % H
-    i_hk = i_h // (H // HKV)
-    q_head = (i_b.to(gl.int64) * TQ * H + i_h) * D
-    kv_head = (i_b.to(gl.int64) * TK * HKV + i_hk) * D
-    q_desc = tma.make_tensor_descriptor(q + q_head, [TQ, D], [H * D, 1], [BR, D], q_layout)
-    k_desc = tma.make_tensor_descriptor(k + kv_head, [TK, D], [HKV * D, 1], [BN, D], kv_layout)
-    v_desc = tma.make_tensor_descriptor(v + kv_head, [TK, D], [HKV * D, 1], [BN, D], kv_layout)
-    m0 = i_m * (2 * BR)
-    off = TK - TQ  # (fa.1) causal aligned bottom-right: row i sees keys j ≤ i + off
-    n_tiles = gl.cdiv(TK, BN)
-    n_full = TK // BN  # tiles with no key past TK
-    if CAUSAL:
-        n_tiles = gl.cdiv(gl.maximum(gl.minimum(m0 + 2 * BR + off, TK), 0), BN)
-        n_full = gl.minimum(gl.maximum(m0 + off, 0) // BN, n_full)  # and none past the block's first row's reach
-    n_tiles = gl.maximum(n_tiles, 1)  # a block that sees no key still runs one tile, all of it masked
+    # rows of every batch one after another: a box at (b·T + m, h·D) is rows m.. of head h of batch b (rows past
+    # T are the next batch's: masked keys, and query rows never stored)
+    q_desc = tma.make_tensor_descriptor(q, [B * TQ, H * D], [H * D, 1], [BR, D], q_layout)
+    k_desc = tma.make_tensor_descriptor(k, [B * TK, HKV * D], [HKV * D, 1], [BN, D], kv_layout)
+    v_desc = tma.make_tensor_descriptor(v, [B * TK, HKV * D], [HKV * D, 1], [BN, D], kv_layout)
+    n_m = gl.cdiv(TQ, 2 * BR)
+    n_blocks = n_m * B * H
 
     q_smem = gl.allocate_shared_memory(dtype, [2, BR, D], q_layout)
     k_bufs = gl.allocate_shared_memory(dtype, [NBUF, BN, D], kv_layout)
@@ -248,20 +302,23 @@ def flash_fwd_pingpong_kernel(q, k, v, TQ, TK, scale, o, lse, o32, H: gl.constex
         mbarrier.init(k_empty.index(i), count=8)  # every warp of both groups reads every tile
         mbarrier.init(v_empty.index(i), count=8)
 
-    o_base = o + q_head
-    o32_base = o32 + q_head
-    lse_base = lse + i_bh.to(gl.int64) * TQ
     qk_scale = scale * LOG2E
     gl.warp_specialize([
         (_group, (q_desc, q_smem.index(0), q_bar.index(0), k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                  o_base, o32_base, lse_base, TQ, TK, off, m0, n_tiles, n_full, qk_scale, 0, H * D, BN, D, NBUF,
-                  CAUSAL, KEEP_F32)),
+                  o, o32, lse, n_m, n_blocks, TQ, TK, qk_scale, 0, H, BN, D, NBUF, CAUSAL, KEEP_F32, PERSISTENT)),
         (_group_1, (q_desc, q_smem.index(1), q_bar.index(1), k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                    o_base, o32_base, lse_base, TQ, TK, off, m0, n_tiles, n_full, qk_scale, H * D, BN, D,
-                    NBUF, CAUSAL, KEEP_F32)),
-        (_load_kv, (k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, n_tiles, BN, NBUF)),
+                    o, o32, lse, n_m, n_blocks, TQ, TK, qk_scale, H, BN, D, NBUF, CAUSAL, KEEP_F32, PERSISTENT)),
+        (_load_kv, (k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, n_m, n_blocks, TQ, TK, H,
+                    HKV, D, BN, NBUF, CAUSAL)),
     ], [4, 1], [REGS, 24])
 
 
 BLOCK_M = 2 * BR.value
 CONFIG = dict(BN=128, NBUF=2, REGS=240, num_warps=4, maxnreg=168)  # measured on an H200 (NOTES.md, "Hopper forward")
+
+
+def grid(B, TQ, H, causal):
+    """(grid, PERSISTENT) of `flash_fwd_pingpong_kernel`: non-causal blocks all take the same time, so one program
+    per multiprocessor walks them; causal ones one program per block (the GPU's scheduler balances them)."""
+    blocks = triton.cdiv(TQ, BLOCK_M) * B * H
+    return ((blocks,), False) if causal else ((min(blocks, sm_count()),), True)
