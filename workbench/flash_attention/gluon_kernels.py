@@ -1,7 +1,8 @@
 """The Hopper forward in Gluon (Triton 3.9 or later, sm_90, compiled only): plain or causal attention with the
 same results as `kernels.py`'s forward (NOTES.md fa.2, fa.4), scheduled by hand as FlashAttention-3 does.
 
-One program owns a 128-row block of one (batch, head): q, o `[B, TQ, H, D]`, k, v `[B, TK, HKV, D]` (causal aligned
+A program owns a 128-row block of one (batch, head) at a time (causal: one block a program; otherwise the
+program walks blocks: `grid`, `flash_fwd_pingpong_kernel`): q, o `[B, TQ, H, D]`, k, v `[B, TK, HKV, D]` (causal aligned
 bottom-right: row i sees keys j ≤ i + TK − TQ; a row that sees none has o = 0 and lse = −∞, fa.10), lse
 `[B, H, TQ]` (natural log). Three partitions share its shared memory:
 
