@@ -303,13 +303,13 @@ def _forward_gluon(q, k, v, static: _Static, keep_f32: bool):
     """`_forward` by the Gluon kernel (`_gluon_misfit` found nothing against it)."""
     B, Tq, H, D = q.shape
     config = dict(gluon_kernels.CONFIG)
-    grid, persistent = gluon_kernels.grid(B, Tq, H, static.spec.causal)
     o, lse, o_f32 = triton_call(
         q, k, v, B, Tq, k.shape[1], static.spec.scale, kernel=gluon_kernels.flash_fwd_pingpong_kernel,
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((B, H, Tq), jnp.float32),
                    jax.ShapeDtypeStruct(q.shape if keep_f32 else (0,), jnp.float32)],
-        grid=grid, name="workbench_flash_fwd_gluon", num_warps=config.pop("num_warps"), maxnreg=config.pop("maxnreg"),
-        H=H, HKV=k.shape[2], D=D, CAUSAL=static.spec.causal, KEEP_F32=keep_f32, PERSISTENT=persistent, **config,
+        grid=gluon_kernels.grid(B, Tq, H, static.spec.causal), name="workbench_flash_fwd_gluon",
+        num_warps=config.pop("num_warps"), maxnreg=config.pop("maxnreg"), H=H, HKV=k.shape[2], D=D,
+        CAUSAL=static.spec.causal, KEEP_F32=keep_f32, **config,
     )
     return o, lse, (o_f32 if keep_f32 else None)
 

@@ -231,9 +231,9 @@ def _group_block(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empt
 @gluon.jit
 def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o, o32, lse, n_m, n_blocks,
            TQ, TK, qk_scale, WG: gl.constexpr, H: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
-           NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr, PERSISTENT: gl.constexpr):
-    """Rows [m0 + WG·BR, m0 + (WG+1)·BR) of each block of the program (`_group_block`): one block, or with
-    PERSISTENT the blocks program_id, program_id + programs, …. A group issues products only in its turn; turns
+           NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
+    """Rows [m0 + WG·BR, m0 + (WG+1)·BR) of each block of the program (`_group_block`): one block (causal), or
+    the blocks program_id, program_id + programs, … (`grid`). A group issues products only in its turn; turns
     alternate 0, 1, 0, … across the program's blocks: group 1 passes the first turn to group 0 and skips only its
     very last pass, so that each named barrier sees as many arrivals as waits."""
     if WG == 1:
@@ -242,7 +242,7 @@ def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_e
     i_b, i_h, m0, _, _ = _block(tile, n_m, TQ, TK, H, BN, CAUSAL)
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_load(q_desc, [i_b * TQ + m0 + WG * BR, i_h * D], q_bar, q_smem)
-    if PERSISTENT:
+    if not CAUSAL:  # persistent (`grid`)
         c = 0  # K, V tiles this program consumed before this block
         q_phase = 0
         while tile < n_blocks:
@@ -260,21 +260,21 @@ def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_e
 @gluon.jit
 def _group_1(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o, o32, lse, n_m, n_blocks,
              TQ, TK, qk_scale, H: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NBUF: gl.constexpr,
-             CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr, PERSISTENT: gl.constexpr):
+             CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
     """The worker partition's entry: `_group` for the second half of the rows."""
     _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o, o32, lse, n_m, n_blocks,
-           TQ, TK, qk_scale, 1, H, BN, D, NBUF, CAUSAL, KEEP_F32, PERSISTENT)
+           TQ, TK, qk_scale, 1, H, BN, D, NBUF, CAUSAL, KEEP_F32)
 
 
 @gluon.jit
 def flash_fwd_pingpong_kernel(q, k, v, B, TQ, TK, scale, o, lse, o32, H: gl.constexpr, HKV: gl.constexpr,
                               D: gl.constexpr, BN: gl.constexpr, NBUF: gl.constexpr, REGS: gl.constexpr,
-                              CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr, PERSISTENT: gl.constexpr):
+                              CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
     """o (and its float32 copy o32 when KEEP_F32), lse of the 128-row blocks of every (batch, head) in the order of
-    `_block`: grid (blocks,), one block a program; with PERSISTENT grid (min(blocks, SMs),), the blocks program_id,
-    program_id + programs, … (the next block's loads overlap this one's last products and stores). Persistent only
-    where the blocks' work is equal: causal ones differ up to T/128-fold, and a fixed share of them left programs
-    2-3× apart (NOTES.md, "The Hopper forward"). num_warps 4 (the first group; the second group and the loading
+    `_block`. Causal: grid (blocks,), one block a program. Otherwise persistent: grid (min(blocks, SMs),), the blocks
+    program_id, program_id + programs, … (the next block's loads overlap this one's last products and stores), as
+    every block's work is the same; causal ones differ up to T/128-fold, and a fixed share of them left programs
+    2-3× apart (NOTES.md, "The Hopper forward"); `grid`. num_warps 4 (the first group; the second group and the loading
     warp are workers)."""
     dtype: gl.constexpr = q.dtype.element_ty
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BR, D], dtype)
@@ -306,9 +306,9 @@ def flash_fwd_pingpong_kernel(q, k, v, B, TQ, TK, scale, o, lse, o32, H: gl.cons
     qk_scale = scale * LOG2E
     gl.warp_specialize([
         (_group, (q_desc, q_smem.index(0), q_bar.index(0), k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                  o, o32, lse, n_m, n_blocks, TQ, TK, qk_scale, 0, H, BN, D, NBUF, CAUSAL, KEEP_F32, PERSISTENT)),
+                  o, o32, lse, n_m, n_blocks, TQ, TK, qk_scale, 0, H, BN, D, NBUF, CAUSAL, KEEP_F32)),
         (_group_1, (q_desc, q_smem.index(1), q_bar.index(1), k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                    o, o32, lse, n_m, n_blocks, TQ, TK, qk_scale, H, BN, D, NBUF, CAUSAL, KEEP_F32, PERSISTENT)),
+                    o, o32, lse, n_m, n_blocks, TQ, TK, qk_scale, H, BN, D, NBUF, CAUSAL, KEEP_F32)),
         (_load_kv, (k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, n_m, n_blocks, TQ, TK, H,
                     HKV, D, BN, NBUF, CAUSAL)),
     ], [4, 1], [REGS, 24])
@@ -319,7 +319,7 @@ CONFIG = dict(BN=128, NBUF=2, REGS=240, num_warps=4, maxnreg=168)  # measured on
 
 
 def grid(B, TQ, H, causal):
-    """(grid, PERSISTENT) of `flash_fwd_pingpong_kernel`: non-causal blocks all take the same time, so one program
-    per multiprocessor walks them; causal ones one program per block (the GPU's scheduler balances them)."""
+    """The grid of `flash_fwd_pingpong_kernel`: non-causal blocks all take the same time, so one program per
+    multiprocessor walks them; causal ones one program per block (the GPU's scheduler balances them)."""
     blocks = triton.cdiv(TQ, BLOCK_M) * B * H
-    return ((blocks,), False) if causal else ((min(blocks, sm_count()),), True)
+    return (blocks,) if causal else (min(blocks, sm_count()),)
