@@ -7,7 +7,8 @@ Traces the op's forward alone and its forward and backward at each shape of a `w
 kernel runs), collects every kernel launch with the configs the GPU autotuner would time (every config
 of the kernel with --all-configs), compiles each to a sm_90 cubin (`workbench.compile_check`) and prints,
 per kernel and config: registers per thread, stack bytes (register spills), shared memory, and counts of
-HGMMA (Hopper's warpgroup MMA), LDL/STL (local-memory traffic: spills) and MUFU.EX2 in the SASS. A
+HGMMA (Hopper's warpgroup MMA), LDL/STL (local-memory traffic: spills) and MUFU.EX2 in the SASS; with --sass DIR
+also each config's whole SASS (where in the loop the spills and barriers sit). A
 compiled kernel at 255 registers with stack bytes is spilling; one with HMMA but no HGMMA is not on
 Hopper's fast MMA path. These are the compiler's output, not timings: `workbench bench` on a GPU decides.
 """
@@ -53,6 +54,8 @@ def main() -> int:
     p.add_argument("--T", default="", help="only the set's shapes with these sequence lengths (comma list)")
     p.add_argument("--only", default="", help="only these kernels (comma list of names)")
     p.add_argument("--variant", help="one of the op's bench variants (its options go to every call)")
+    p.add_argument("--sass", metavar="DIR", help="also write each kernel config's SASS into DIR (created), one "
+                                                  "file per config: <kernel>-<digest>.sass, listed below the table")
     args = p.parse_args()
     op = bench.OPS[args.op]
     if args.variant is not None:
@@ -62,7 +65,9 @@ def main() -> int:
     specs = compile_check.distinct(record(args.op, args.shapes, args.all_configs, lengths, options))
     if args.only:
         specs = [s for s in specs if s["kernel"] in args.only.split(",")]
-    result = compile_check.compile_all(specs, last="resources", workers=args.workers)
+    if args.sass:
+        Path(args.sass).mkdir(parents=True, exist_ok=True)
+    result = compile_check.compile_all(specs, last="resources", workers=args.workers, sass_dir=args.sass)
     rows = sorted(result["resources"], key=lambda r: (r["spec"]["kernel"], json.dumps(r["spec"]["constexprs"],
                                                                                       sort_keys=True)))
     print(f"{args.op} {args.shapes}: {len(rows)} kernel configs compiled for sm_90 in {result['seconds']} s")
@@ -73,6 +78,9 @@ def main() -> int:
         flags = ",".join(k for k, v in spec["constexprs"].items() if v is True and k.isupper())
         config = f"{blocks} w{spec['num_warps']} s{spec['num_stages']} {flags}"[:44]
         print(f"{spec['kernel'][:28]:28s} {config:44s} " + " ".join(f"{row['resources'][c]:9d}" for c in COLUMNS))
+    if args.sass:
+        for row in rows:
+            print(f"SASS: {Path(args.sass) / compile_check.sass_name(row['spec'])}")
     for failure in result["failed"]:
         print(compile_check.describe(failure))
     if args.json:

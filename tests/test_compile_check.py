@@ -202,6 +202,26 @@ def test_resources_read_the_compiled_kernel():
     assert 0 < usage["registers"] <= 255 and usage["stack"] == 0 and usage["STL"] == 0, usage
 
 
+def test_resources_write_the_sass_where_asked(tmp_path):
+    """`compile_all(..., sass_dir=...)` (scripts/kernel_resources.py --sass) writes each spec's SASS, named by
+    `sass_name`: the product's HGMMA instructions are in it, as many as the resources counted; a folder that does
+    not exist, or another stage, is a ValueError naming `sass_dir`."""
+    x = jax.ShapeDtypeStruct((64, 64), jnp.bfloat16)
+    out_shape = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+    with compile_check.record() as specs:
+        jax.eval_shape(lambda v: launch.triton_call(v, v, kernel=dot_tile, out_shape=out_shape, grid=(1,), N=64), x)
+    result = compile_check.compile_all(specs, last="resources", sass_dir=str(tmp_path))
+    assert not result["failed"], result["failed"]
+    (row,) = result["resources"]
+    (written,) = tmp_path.iterdir()
+    assert written.name == compile_check.sass_name(row["spec"]) and written.name.startswith("dot_tile-")
+    assert written.read_text().count("HGMMA") == row["resources"]["HGMMA"] > 0
+    with pytest.raises(ValueError, match="sass_dir"):
+        compile_check.compile_all(specs, last="resources", sass_dir=str(tmp_path / "absent"))
+    with pytest.raises(ValueError, match="sass_dir"):
+        compile_check.compile_all(specs, last="cubin", sass_dir=str(tmp_path))
+
+
 def test_a_gluon_kernel_compiles_for_hopper_under_its_register_cap():
     """A Gluon kernel goes through the same compiler stages (Gluon's own source, Triton 3.9 and later); `maxnreg`
     caps its registers (4096 elements on 4 warps take 72 without a cap). On an older Triton the compile is a

@@ -14,7 +14,7 @@ imports workbench with compiled (not interpreted) Triton: the same compile the G
 cubin (Triton's compiler and `ptxas` need no GPU). What it cannot see: run-time faults and the resource
 limits of the real device (shared memory per block is checked at launch).
 
-    python -m workbench.compile_check specs.json [STAGE]   # the child: one JSON line per failure
+    python -m workbench.compile_check specs.json [STAGE [SASS_DIR]]   # the child: one JSON line per failure
 """
 
 from __future__ import annotations
@@ -125,11 +125,20 @@ def _compile_one(spec: Mapping[str, Any], last: str):
 _SASS_COUNTS = ("HGMMA", "HMMA", "LDL", "STL", "MUFU.EX2", "BAR")
 
 
-def _resources(spec: Mapping[str, Any]) -> dict[str, Any]:
+def sass_name(spec: Mapping[str, Any]) -> str:
+    """The file `compile_all(..., sass_dir=...)` writes a spec's SASS to: the kernel's name and a digest of the
+    spec (two configs of one kernel get two files)."""
+    import hashlib
+
+    return f"{spec['kernel']}-{hashlib.sha1(key_of(spec).encode()).hexdigest()[:10]}.sass"
+
+
+def _resources(spec: Mapping[str, Any], sass_dir: str | None = None) -> dict[str, Any]:
     """Compile to a cubin and read what the compiler made of it with the cuobjdump and nvdisasm that come
     with Triton: registers per thread, stack bytes (spills), shared memory, and counts of a few SASS
     instructions (HGMMA: Hopper's warpgroup MMA; LDL/STL: local-memory spill traffic), the ids of the named
-    barriers its BAR instructions use, and of those with a BAR compiled without `.aligned`."""
+    barriers its BAR instructions use, and of those with a BAR compiled without `.aligned`. With `sass_dir`,
+    the whole SASS is also written there (`sass_name`): where the spills and barriers sit in the loop."""
     import re
     import subprocess
     import tempfile
@@ -147,6 +156,9 @@ def _resources(spec: Mapping[str, Any]) -> dict[str, Any]:
                              capture_output=True, text=True, check=True).stdout
         sass = subprocess.run([os.path.join(tools, "nvdisasm"), "-c", f.name],
                               capture_output=True, text=True, check=True).stdout
+    if sass_dir is not None:
+        with open(os.path.join(sass_dir, sass_name(spec)), "w") as f:
+            f.write(sass)
     field = lambda name: int(re.search(rf"{name}:(\d+)", usage).group(1))  # noqa: E731
     ops = re.findall(r"\b(" + "|".join(re.escape(op) for op in _SASS_COUNTS) + r")\b", sass)
     bars = [(int(at, 16), int(b, 0)) for at, b in re.findall(
@@ -160,7 +172,7 @@ def _resources(spec: Mapping[str, Any]) -> dict[str, Any]:
             "unaligned_barriers": sorted({b for at, b in bars if at in unaligned})}
 
 
-def _child(path: str, last: str) -> int:
+def _child(path: str, last: str = "cubin", sass_dir: str | None = None) -> int:
     """Compile every spec of the JSON file to stage `last`; one JSON line per failure, then a summary."""
     specs = json.loads(open(path).read())
     failed = 0
@@ -168,7 +180,7 @@ def _child(path: str, last: str) -> int:
     for spec in specs:
         try:
             if last == "resources":
-                print(json.dumps({"spec": spec, "resources": _resources(spec)}, default=repr), flush=True)
+                print(json.dumps({"spec": spec, "resources": _resources(spec, sass_dir)}, default=repr), flush=True)
             else:
                 _compile_one(spec, last)
         except Exception as exc:  # noqa: BLE001 - every failure is reported, not raised
@@ -180,11 +192,12 @@ def _child(path: str, last: str) -> int:
 
 
 def compile_all(specs: Sequence[Mapping[str, Any]], *, last: str = "cubin", workers: int = 1,
-                timeout: float = 1200.0, folder: str | None = None) -> dict[str, Any]:
+                timeout: float = 1200.0, folder: str | None = None, sass_dir: str | None = None) -> dict[str, Any]:
     """Compile the distinct specs for sm_90 up to stage `last` (STAGES) in `workers` child processes
     (compiled Triton, no GPU needed).
 
-    `last="resources"` compiles to a cubin and adds each spec's `_resources` under "resources".
+    `last="resources"` compiles to a cubin and adds each spec's `_resources` under "resources"; with `sass_dir`
+    (an existing folder) each spec's SASS is written there too, named by `sass_name`.
     Returns {"compiled": n, "failed": [{"spec", "error"}, ...], "resources": [{"spec", "resources"}, ...],
     "seconds": wall}."""
     import tempfile
@@ -193,6 +206,8 @@ def compile_all(specs: Sequence[Mapping[str, Any]], *, last: str = "cubin", work
 
     if last not in (*STAGES, "resources"):
         raise ValueError(f"last: expected one of {', '.join(STAGES)} or resources, got {last!r}")
+    if sass_dir is not None and (last != "resources" or not os.path.isdir(sass_dir)):
+        raise ValueError(f"sass_dir: an existing folder, with last='resources'; got {sass_dir!r} with last={last!r}")
     specs = distinct(specs)
     folder = folder or tempfile.mkdtemp(prefix="workbench-compile-check-")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -207,7 +222,8 @@ def compile_all(specs: Sequence[Mapping[str, Any]], *, last: str = "cubin", work
         path = os.path.join(folder, f"specs-{i}.json")
         with open(path, "w") as f:
             json.dump(part, f)
-        procs.append(subprocess.Popen([sys.executable, "-m", "workbench.compile_check", path, last], env=env,
+        extra = [os.path.abspath(sass_dir)] if sass_dir is not None else []
+        procs.append(subprocess.Popen([sys.executable, "-m", "workbench.compile_check", path, last, *extra], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     failures, compiled, resources = [], 0, []
     for proc in procs:
@@ -236,4 +252,4 @@ def describe(failure: Mapping[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "cubin"))
+    sys.exit(_child(*sys.argv[1:4]))
