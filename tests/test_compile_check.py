@@ -179,6 +179,35 @@ def test_the_check_catches_what_the_interpreter_runs():
 
 
 @triton.jit
+def _retyped(x, N: tl.constexpr):
+    o = tl.arange(0, N)
+    acc = tl.zeros([N], tl.int32)
+    for i in range(0, 3):
+        acc = tl.load(x + o) * 3.0 + i
+    return acc
+
+
+@triton.jit
+def retyped_in_a_helper(x, y, N: tl.constexpr):
+    tl.store(y + tl.arange(0, N), _retyped(x, N))
+
+
+def test_a_failure_in_a_called_function_names_its_line():
+    """Triton's CompilationError names only the outermost call (for a Gluon kernel, its `warp_specialize`); the
+    report follows the exception's causes down to the line that failed."""
+    x = jnp.arange(16, dtype=jnp.float32)
+    with compile_check.record() as specs:
+        jax.eval_shape(lambda v: launch.triton_call(v, kernel=retyped_in_a_helper,
+                                                    out_shape=jax.ShapeDtypeStruct((16,), jnp.float32),
+                                                    grid=(1,), N=16), x)
+    result = compile_check.compile_all(specs, last="ttir")
+    assert len(result["failed"]) == 1
+    error = result["failed"][0]["error"]
+    assert "_retyped(x, N)" in error and "Loop-carried variable acc" in error, error  # the call, then the cause
+    assert error.index("_retyped(x, N)") < error.index("for i in range(0, 3)") < error.index("Loop-carried"), error
+
+
+@triton.jit
 def dot_tile(x, y, out, N: tl.constexpr):
     """One [N, N] bfloat16 product: on sm_90, Triton forms it with warpgroup MMA (HGMMA)."""
     o = tl.arange(0, N)

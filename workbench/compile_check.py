@@ -172,6 +172,17 @@ def _resources(spec: Mapping[str, Any], sass_dir: str | None = None) -> dict[str
             "unaligned_barriers": sorted({b for at, b in bars if at in unaligned})}
 
 
+def _chain(exc: BaseException) -> str:
+    """An exception and what raised it, innermost last: Triton's CompilationError names only the outermost call
+    (a `gl.warp_specialize` line), its cause the line that failed."""
+    parts, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        parts.append(f"{type(exc).__name__}: {exc}")
+        exc = exc.__cause__ or exc.__context__
+    return "\n-- raised from --\n".join(parts)
+
+
 def _child(path: str, last: str = "cubin", sass_dir: str | None = None) -> int:
     """Compile every spec of the JSON file to stage `last`; one JSON line per failure, then a summary."""
     specs = json.loads(open(path).read())
@@ -185,7 +196,7 @@ def _child(path: str, last: str = "cubin", sass_dir: str | None = None) -> int:
                 _compile_one(spec, last)
         except Exception as exc:  # noqa: BLE001 - every failure is reported, not raised
             failed += 1
-            print(json.dumps({"spec": spec, "error": f"{type(exc).__name__}: {exc}"}, default=repr), flush=True)
+            print(json.dumps({"spec": spec, "error": _chain(exc)}, default=repr), flush=True)
     print(json.dumps({"compiled": len(specs) - failed, "failed": failed,
                       "seconds": round(time.perf_counter() - start, 1)}), flush=True)
     return 1 if failed else 0

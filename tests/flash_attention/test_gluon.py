@@ -107,27 +107,34 @@ def _recorded(x, **options):
                                                (128, jnp.bfloat16, True, 700), (64, jnp.bfloat16, False, 1300)])
 def test_its_launches_compile_for_hopper_within_registers_and_shared_memory(D, dtype, causal, Tk):
     """Both launches (with and without the float32 copy of o) compile for sm_90: Hopper's wgmma, under the
-    register cap the launch asks, within a block's shared memory, the causal kernel (one block a program) spilling
-    at most 16 bytes (D 64 with the float32 copy: one store a key tile in the second group) and the plain one
-    (persistent) at most 96 bytes, stored before a block's last P V and loaded after it: once a block, not a key
-    tile (NOTES.md, "The Hopper forward"); the turns' named barriers are the kernel's own: every other BAR of the
-    cubin (Triton's partitions) uses a lower id."""
+    register cap the launch asks, within a block's shared memory, spilling at most 48 bytes (causal) or 120 (plain,
+    with the float32 copy), stored once a block and loaded after its last P V: not in the key-tile loop (NOTES.md,
+    "The Hopper forward"); the turns' named barriers are the kernel's own: every other BAR of the cubin (Triton's
+    partitions) uses a lower id."""
     x = testing.attention_inputs(0, 2, 1000, Tk, 8, 2, D, dtype=dtype)
     specs = _recorded(x, causal=causal)
     assert len(specs) == 2 and {s["constexprs"]["KEEP_F32"] for s in specs} == {False, True}, specs
     result = compile_check.compile_all(specs, last="resources")
     assert not result["failed"], "\n".join(compile_check.describe(f) for f in result["failed"])
     for row in result["resources"]:
-        assert_fits_hopper(row, gluon_kernels.CONFIG, stack=16 if causal else 96, barriers=gluon_kernels.TURNS)
+        assert_fits_hopper(row, gluon_kernels.CONFIG, stack=48 if causal else 120, barriers=gluon_kernels.TURNS)
 
 
 @pytest.mark.skipif(not NEW_TRITON, reason="gluon_kernels imports Triton 3.9's Gluon")
-def test_the_forward_is_persistent_only_where_blocks_take_equal_time():
-    """`gluon_kernels.grid`: a causal launch runs one program per 128-row block (their work differs up to
-    T/128-fold: the GPU's scheduler balances them); otherwise one program per multiprocessor walks the blocks, or
-    one per block where there are fewer blocks than multiprocessors (NOTES.md, "The Hopper forward")."""
+def test_the_forward_runs_a_program_per_multiprocessor_and_causal_sections_fit_in_l2():
+    """`gluon_kernels.grid`: one program per multiprocessor walks the blocks, or one per block where there are fewer
+    blocks; `heads_per_section`: the query heads whose K and V (2·T·D elements each) fill at most L2_KV_BYTES, at
+    least one, GQA's groups whole (NOTES.md, "The Hopper forward")."""
     sms = launch.sm_count()
     blocks = lambda B, T, H: triton.cdiv(T, gluon_kernels.BLOCK_M) * B * H  # noqa: E731
-    assert gluon_kernels.grid(4, 4096, 16, causal=True) == (blocks(4, 4096, 16),) and blocks(4, 4096, 16) > sms
-    assert gluon_kernels.grid(4, 4096, 16, causal=False) == (sms,)
-    assert gluon_kernels.grid(1, 300, 2, causal=False) == (blocks(1, 300, 2),) and blocks(1, 300, 2) < sms
+    assert gluon_kernels.grid(4, 4096, 16) == (sms,) and blocks(4, 4096, 16) > sms
+    assert gluon_kernels.grid(1, 300, 2) == (blocks(1, 300, 2),) and blocks(1, 300, 2) < sms
+    budget = gluon_kernels.L2_KV_BYTES
+    for T, D, H, HKV, size in ((4096, 128, 16, 16, 2), (16384, 128, 16, 16, 2), (4096, 64, 32, 8, 2),
+                               (1 << 20, 128, 8, 1, 2), (3000, 128, 4, 4, 4)):
+        heads = gluon_kernels.heads_per_section(T, D, H, HKV, size)
+        kv_heads, group = heads // (H // HKV), H // HKV
+        assert heads % group == 0 and kv_heads >= 1, (T, D, H, HKV, heads)
+        one = 2 * T * D * size
+        assert kv_heads * one <= budget or kv_heads == 1, (T, D, heads)
+        assert (kv_heads + 1) * one > budget, (T, D, heads)  # no room for another

@@ -303,13 +303,17 @@ def _forward_gluon(q, k, v, static: _Static, keep_f32: bool):
     """`_forward` by the Gluon kernel (`_gluon_misfit` found nothing against it)."""
     B, Tq, H, D = q.shape
     config = dict(gluon_kernels.CONFIG)
-    o, lse, o_f32 = triton_call(
-        q, k, v, B, Tq, k.shape[1], static.spec.scale, kernel=gluon_kernels.flash_fwd_pingpong_kernel,
+    causal = static.spec.causal
+    sections = gluon_kernels.heads_per_section(k.shape[1], D, H, k.shape[2], q.dtype.itemsize)
+    grid, blocks = gluon_kernels.grid(B, Tq, H), triton.cdiv(Tq, gluon_kernels.BLOCK_M) * B * H
+    o, lse, o_f32, _ = triton_call(
+        q, k, v, B, Tq, k.shape[1], static.spec.scale, sections, kernel=gluon_kernels.flash_fwd_pingpong_kernel,
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct((B, H, Tq), jnp.float32),
-                   jax.ShapeDtypeStruct(q.shape if keep_f32 else (0,), jnp.float32)],
-        grid=gluon_kernels.grid(B, Tq, H, static.spec.causal), name="workbench_flash_fwd_gluon",
+                   jax.ShapeDtypeStruct(q.shape if keep_f32 else (0,), jnp.float32),
+                   jax.ShapeDtypeStruct((1,) if causal else (0,), jnp.int32)],  # causal: the blocks taken
+        grid=grid, zeroed_outputs=(3,) if causal and grid[0] < blocks else (), name="workbench_flash_fwd_gluon",
         num_warps=config.pop("num_warps"), maxnreg=config.pop("maxnreg"), H=H, HKV=k.shape[2], D=D,
-        CAUSAL=static.spec.causal, KEEP_F32=keep_f32, **config,
+        CAUSAL=causal, KEEP_F32=keep_f32, **config,
     )
     return o, lse, (o_f32 if keep_f32 else None)
 

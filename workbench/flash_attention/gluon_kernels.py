@@ -1,9 +1,9 @@
 """The Hopper forward in Gluon (Triton 3.9 or later, sm_90, compiled only): plain or causal attention with the
 same results as `kernels.py`'s forward (NOTES.md fa.2, fa.4), scheduled by hand as FlashAttention-3 does.
 
-A program owns a 128-row block of one (batch, head) at a time (causal: one block a program; otherwise the
-program walks blocks: `grid`, `flash_fwd_pingpong_kernel`): q, o `[B, TQ, H, D]`, k, v `[B, TK, HKV, D]` (causal aligned
-bottom-right: row i sees keys j ≤ i + TK − TQ; a row that sees none has o = 0 and lse = −∞, fa.10), lse
+A program owns a 128-row block of one (batch, head) at a time and runs blocks until none is left (`grid`,
+`flash_fwd_pingpong_kernel`; causal ones taken from a counter as programs finish, `_take_block`): q, o
+`[B, TQ, H, D]`, k, v `[B, TK, HKV, D]` (causal aligned bottom-right: row i sees keys j ≤ i + TK − TQ; a row that sees none has o = 0 and lse = −∞, fa.10), lse
 `[B, H, TQ]` (natural log). Three partitions share its shared memory:
 
   - a loading warp fills a ring of NBUF K and V tiles through tensor descriptors (TMA, made on the device; rows
@@ -23,8 +23,8 @@ turns (`bar.sync` / `bar.arrive` on named barriers, as FlashAttention-3 does) an
 (one lane per warp arrives, `elect.sync`, once the warp's wait for the product that read the slot returned; a
 warp group's product completes as one, so any warp's wait covers the group's). Causal, o is stored through a
 layout whose lanes write whole 16-byte pieces of a row (the products' layout writes half-sectors); that also
-leaves the causal kernel without spills (112 stack bytes before), while the plain kernel spills 104 bytes with
-it (16 without), so the plain one keeps the products' layout (NOTES.md, "The Hopper forward"). Masks beyond
+spills less in the causal kernel, while the plain kernel spills more with it, so the plain one keeps the
+products' layout (NOTES.md, "The Hopper forward"). Masks beyond
 causal (window, softcap, sinks, bias, segments, dropout, packed sequences) stay on `kernels.py` (the glue
 chooses).
 """
@@ -84,12 +84,21 @@ def release_slot(bar):
 
 
 @gluon.jit
-def _block(tile, n_m, TQ, TK, H: gl.constexpr, BN: gl.constexpr, CAUSAL: gl.constexpr):
-    """(batch, head, first row m0, key tiles, tiles with no masked key) of block `tile` of the persistent order:
-    a head's blocks one after another (the ~132 programs at work share a few heads' K and V in L2), causal ones
-    from the last (the longest) down. A block that sees no key still runs one tile, all of it masked."""
-    i_bh = tile // n_m
-    i_m = n_m - 1 - tile % n_m
+def _block(tile, n_m, n_blocks, HS, TQ, TK, H: gl.constexpr, BN: gl.constexpr, CAUSAL: gl.constexpr):
+    """(batch, head, first row m0, key tiles, tiles with no masked key) of block `tile` of the program order. Plain:
+    a head's blocks one after another (the ~132 programs at work share a few heads' K and V in L2). Causal: heads in
+    sections of HS (whose K and V fit in L2 together, `heads_per_section`), and in a section the longest blocks of
+    all its heads first, so that the blocks taken last are the shortest (programs take blocks as they finish
+    one, `_next_block`). A block that sees no key still runs one tile, all of it masked."""
+    if CAUSAL:
+        s0 = tile // (HS * n_m) * HS  # the section's first head
+        hs = gl.minimum(HS, n_blocks // n_m - s0)
+        r = tile - s0 * n_m
+        i_bh = s0 + r % hs
+        i_m = n_m - 1 - r // hs
+    else:
+        i_bh = tile // n_m
+        i_m = n_m - 1 - tile % n_m
     m0 = i_m * (2 * BR)
     off = TK - TQ  # (fa.1) causal aligned bottom-right: row i sees keys j ≤ i + off
     n_tiles = gl.cdiv(TK, BN)
@@ -101,14 +110,52 @@ def _block(tile, n_m, TQ, TK, H: gl.constexpr, BN: gl.constexpr, CAUSAL: gl.cons
 
 
 @gluon.jit
-def _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, n_m, n_blocks, TQ, TK,
-             H: gl.constexpr, HKV: gl.constexpr, D: gl.constexpr, BN: gl.constexpr, NBUF: gl.constexpr,
-             CAUSAL: gl.constexpr):
+def _next_block(tile, handed, sched, sched_ready, sched_empty, CAUSAL: gl.constexpr, WARPS: gl.constexpr):
+    """The block a group runs after `tile`, the `handed`-th the loading warp passed it. Plain: tile + programs.
+    Causal: what the loading warp took from the launch's counter (`_take_block`), read from the ring slot
+    handed % 2 of `sched` once it is there; each warp releases the slot after its read."""
+    if CAUSAL:
+        i = handed % 2
+        wait_phase(sched_ready.index(i), (handed // 2) & 1)
+        nxt = gl.max(sched.index(i).load(gl.BlockedLayout([1], [32], [WARPS], [0])), axis=0)
+        release_slot(sched_empty.index(i))
+    else:
+        nxt = tile + gl.num_programs(0)
+    return nxt
+
+
+@gluon.jit
+def _take_block(tile, handed, counter, sched, sched_ready, sched_empty, n_blocks, CAUSAL: gl.constexpr):
+    """(The loading warp) the program's next block: plain, tile + programs; causal, the launch's next untaken block
+    (`counter` starts at 0 where there are more blocks than programs; the first `programs` blocks are the
+    programs' own), passed to both groups through the
+    ring slot handed % 2 of `sched` once they read what was there before."""
+    if CAUSAL:
+        if gl.num_programs(0) < n_blocks:
+            nxt = gl.atomic_add(counter, 1) + gl.num_programs(0)
+        else:  # a program a block: nothing to take (and the launcher left `counter` as it was)
+            nxt = n_blocks
+        i = handed % 2
+        mbarrier.wait(sched_empty.index(i), ((handed // 2) & 1) ^ 1)
+        sched.index(i).store(gl.full([1], nxt, gl.int32, layout=gl.BlockedLayout([1], [32], [1], [0])))
+        mbarrier.arrive(sched_ready.index(i))
+    else:
+        nxt = tile + gl.num_programs(0)
+    return nxt
+
+
+@gluon.jit
+def _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, counter, sched, sched_ready,
+             sched_empty, n_m, n_blocks, HS, TQ, TK, H: gl.constexpr, HKV: gl.constexpr, D: gl.constexpr,
+             BN: gl.constexpr, NBUF: gl.constexpr, CAUSAL: gl.constexpr):
     """The loading warp: the c-th K, V tile of the program (over all its blocks) goes to slot c % NBUF once both
-    groups released the tile that was there; the next block's first tiles load while the groups finish this one."""
+    groups released the tile that was there; once a block's loads are issued it takes the next block
+    (`_take_block`), whose first tiles then load while the groups finish this one."""
     c = 0
-    for tile in range(gl.program_id(0), n_blocks, gl.num_programs(0)):
-        i_b, i_h, m0, n_tiles, n_full = _block(tile, n_m, TQ, TK, H, BN, CAUSAL)
+    handed = 0
+    tile = gl.program_id(0)
+    while tile < n_blocks:
+        i_b, i_h, m0, n_tiles, n_full = _block(tile, n_m, n_blocks, HS, TQ, TK, H, BN, CAUSAL)
         row0 = i_b * TK
         col = (i_h // (H // HKV)) * D
         for j in range(n_tiles):
@@ -121,6 +168,8 @@ def _load_kv(k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
             mbarrier.expect(v_ready.index(i), v_desc.block_type.nbytes)
             tma.async_load(v_desc, [row0 + j * BN, col], v_ready.index(i), v_bufs.index(i))
             c += 1
+        tile = _take_block(tile, handed, counter, sched, sched_ready, sched_empty, n_blocks, CAUSAL)
+        handed += 1
 
 
 @gluon.jit
@@ -149,12 +198,13 @@ def _online_softmax(s, m_i, l_i, r0, j0, TK, off, qk_scale, layout: gl.constexpr
 
 
 @gluon.jit
-def _group_block(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o, o32, lse, n_m,
-                 n_blocks, TQ, TK, qk_scale, tile, next_tile, c, q_phase, WG: gl.constexpr, H: gl.constexpr,
-                 BN: gl.constexpr, D: gl.constexpr, NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
+def _group_block(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, sched, sched_ready,
+                 sched_empty, o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, tile, handed, c, q_phase,
+                 WG: gl.constexpr, H: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NBUF: gl.constexpr,
+                 CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
     """This group's rows of block `tile`: its q tile (loaded, phase `q_phase`), the program's K, V tiles c, c + 1,
-    …; loads `next_tile`'s q once this block's last q kᵀ has read the buffer (none past `n_blocks`). Returns the
-    K, V tiles consumed."""
+    …; once this block's last q kᵀ has read the q buffer, learns the next block (`_next_block`, the `handed`-th)
+    and loads its q tile (none past `n_blocks`). Returns (the K, V tiles consumed, the next block)."""
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, D, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
@@ -163,12 +213,12 @@ def _group_block(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empt
     ROW: gl.constexpr = H * D
     s_zero = gl.zeros([BR, BN], gl.float32, layout=layout)
     off = TK - TQ
-    i_b, i_h, m0, n_tiles, n_full = _block(tile, n_m, TQ, TK, H, BN, CAUSAL)
+    i_b, i_h, m0, n_tiles, n_full = _block(tile, n_m, n_blocks, HS, TQ, TK, H, BN, CAUSAL)
     r0 = m0 + WG * BR
     m_i = gl.full([BR], float("-inf"), gl.float32, layout=gl.SliceLayout(1, layout))
     l_i = gl.zeros([BR], gl.float32, layout=gl.SliceLayout(1, layout))
     acc = gl.zeros([BR, D], gl.float32, layout=o_layout)
-    mbarrier.wait(q_bar, q_phase)
+    wait_phase(q_bar, q_phase)
     wait_phase(k_ready.index(c % NBUF), (c // NBUF) & 1)
     turn_wait(WG)
     s = warpgroup_mma(q_smem, k_bufs.index(c % NBUF).permute((1, 0)), s_zero, use_acc=False, is_async=True)
@@ -192,8 +242,9 @@ def _group_block(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empt
         acc = warpgroup_mma_wait(0, deps=(acc, ))
         release_slot(v_empty.index(i_prev))
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_layout), 1)
+    next_tile = _next_block(tile, handed, sched, sched_ready, sched_empty, CAUSAL, 4)
     if next_tile < n_blocks:  # the last q kᵀ has read q: the next block's q loads beside the last P V and stores
-        b_next, h_next, m_next, _, _ = _block(next_tile, n_m, TQ, TK, H, BN, CAUSAL)
+        b_next, h_next, m_next, _, _ = _block(next_tile, n_m, n_blocks, HS, TQ, TK, H, BN, CAUSAL)
         mbarrier.expect(q_bar, q_desc.block_type.nbytes)
         tma.async_load(q_desc, [b_next * TQ + m_next + WG * BR, h_next * D], q_bar, q_smem)
     i_last = (c + n_tiles - 1) % NBUF
@@ -225,57 +276,52 @@ def _group_block(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empt
     lse_rows = r0 + gl.arange(0, BR, layout=gl.SliceLayout(1, layout))
     gl.store(lse + (i_b * H + i_h).to(gl.int64) * TQ + lse_rows,
              gl.where(seen, (m_i + gl.log2(l_i)) * LN2, float("-inf")), mask=lse_rows < TQ)
-    return n_tiles
+    return n_tiles, next_tile
 
 
 @gluon.jit
-def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o, o32, lse, n_m, n_blocks,
-           TQ, TK, qk_scale, WG: gl.constexpr, H: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
-           NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
-    """Rows [m0 + WG·BR, m0 + (WG+1)·BR) of each block of the program (`_group_block`): one block (causal), or
-    the blocks program_id, program_id + programs, … (`grid`). A group issues products only in its turn; turns
-    alternate 0, 1, 0, … across the program's blocks: group 1 passes the first turn to group 0 and skips only its
-    very last pass, so that each named barrier sees as many arrivals as waits."""
+def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, sched, sched_ready, sched_empty,
+           o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, WG: gl.constexpr, H: gl.constexpr, BN: gl.constexpr,
+           D: gl.constexpr, NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
+    """Rows [m0 + WG·BR, m0 + (WG+1)·BR) of each block the program runs (`_group_block`): program_id first, then
+    what `_next_block` says. A group issues products only in its turn; turns alternate 0, 1, 0, … across the
+    program's blocks: group 1 passes the first turn to group 0 and skips only its very last pass, so that each
+    named barrier sees as many arrivals as waits."""
     if WG == 1:
         turn_pass(1)  # group 0 goes first
     tile = gl.program_id(0)
-    i_b, i_h, m0, _, _ = _block(tile, n_m, TQ, TK, H, BN, CAUSAL)
+    i_b, i_h, m0, _, _ = _block(tile, n_m, n_blocks, HS, TQ, TK, H, BN, CAUSAL)
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_load(q_desc, [i_b * TQ + m0 + WG * BR, i_h * D], q_bar, q_smem)
-    if not CAUSAL:  # persistent (`grid`)
-        c = 0  # K, V tiles this program consumed before this block
-        q_phase = 0
-        while tile < n_blocks:
-            next_tile = tile + gl.num_programs(0)
-            c += _group_block(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o, o32, lse,
-                              n_m, n_blocks, TQ, TK, qk_scale, tile, next_tile, c, q_phase, WG, H, BN, D, NBUF, CAUSAL,
-                              KEEP_F32)
-            q_phase ^= 1
-            tile = next_tile
-    else:
-        _group_block(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o, o32, lse, n_m,
-                     n_blocks, TQ, TK, qk_scale, tile, n_blocks, 0, 0, WG, H, BN, D, NBUF, CAUSAL, KEEP_F32)
+    c = 0  # K, V tiles this program consumed before this block
+    handed = 0
+    while tile < n_blocks:
+        n_tiles, tile = _group_block(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, sched,
+                                     sched_ready, sched_empty, o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, tile,
+                                     handed, c, handed & 1, WG, H, BN, D, NBUF, CAUSAL, KEEP_F32)
+        c += n_tiles
+        handed += 1
 
 
 @gluon.jit
-def _group_1(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o, o32, lse, n_m, n_blocks,
-             TQ, TK, qk_scale, H: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NBUF: gl.constexpr,
-             CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
+def _group_1(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, sched, sched_ready,
+             sched_empty, o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, H: gl.constexpr, BN: gl.constexpr,
+             D: gl.constexpr, NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
     """The worker partition's entry: `_group` for the second half of the rows."""
-    _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, o, o32, lse, n_m, n_blocks,
-           TQ, TK, qk_scale, 1, H, BN, D, NBUF, CAUSAL, KEEP_F32)
+    _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, sched, sched_ready, sched_empty,
+           o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, 1, H, BN, D, NBUF, CAUSAL, KEEP_F32)
 
 
 @gluon.jit
-def flash_fwd_pingpong_kernel(q, k, v, B, TQ, TK, scale, o, lse, o32, H: gl.constexpr, HKV: gl.constexpr,
-                              D: gl.constexpr, BN: gl.constexpr, NBUF: gl.constexpr, REGS: gl.constexpr,
-                              CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
-    """o (and its float32 copy o32 when KEEP_F32), lse of the 128-row blocks of every (batch, head) in the order of
-    `_block`. Causal: grid (blocks,), one block a program. Otherwise persistent: grid (min(blocks, SMs),), the blocks
-    program_id, program_id + programs, … (the next block's loads overlap this one's last products and stores), as
-    every block's work is the same; causal ones differ up to T/128-fold, and a fixed share of them left programs
-    2-3× apart (NOTES.md, "The Hopper forward"); `grid`. num_warps 4 (the first group; the second group and the loading
-    warp are workers)."""
+def flash_fwd_pingpong_kernel(q, k, v, B, TQ, TK, scale, HS, o, lse, o32, counter, H: gl.constexpr,
+                              HKV: gl.constexpr, D: gl.constexpr, BN: gl.constexpr, NBUF: gl.constexpr,
+                              REGS: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
+    """o (and its float32 copy o32 when KEEP_F32), lse of the 128-row blocks of every (batch, head), in the order
+    of `_block` (HS: heads a causal section holds, `heads_per_section`), by min(blocks, SMs) programs (`grid`), each
+    running blocks until none is left: the next block's loads overlap this one's last products and stores. Plain
+    blocks all take the same time: a program runs program_id, program_id + programs, …; causal ones differ up to
+    T/128-fold, so a program takes the next untaken block when its loading warp is done with one (`counter`, one
+    int32 that starts at 0 where blocks outnumber programs). num_warps 4 (the first group; the second group and the loading warp are workers)."""
     dtype: gl.constexpr = q.dtype.element_ty
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BR, D], dtype)
     kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], dtype)
@@ -295,8 +341,13 @@ def flash_fwd_pingpong_kernel(q, k, v, B, TQ, TK, scale, o, lse, o32, H: gl.cons
     v_ready = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [NBUF, 1], mbarrier.MBarrierLayout())
+    sched = gl.allocate_shared_memory(gl.int32, [2, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    sched_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    sched_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for g in gl.static_range(2):
         mbarrier.init(q_bar.index(g), count=1)
+        mbarrier.init(sched_ready.index(g), count=1)
+        mbarrier.init(sched_empty.index(g), count=8)  # every warp of both groups reads the block handed
     for i in gl.static_range(NBUF):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
@@ -306,11 +357,13 @@ def flash_fwd_pingpong_kernel(q, k, v, B, TQ, TK, scale, o, lse, o32, H: gl.cons
     qk_scale = scale * LOG2E
     gl.warp_specialize([
         (_group, (q_desc, q_smem.index(0), q_bar.index(0), k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                  o, o32, lse, n_m, n_blocks, TQ, TK, qk_scale, 0, H, BN, D, NBUF, CAUSAL, KEEP_F32)),
+                  sched, sched_ready, sched_empty, o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, 0, H, BN, D,
+                  NBUF, CAUSAL, KEEP_F32)),
         (_group_1, (q_desc, q_smem.index(1), q_bar.index(1), k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                    o, o32, lse, n_m, n_blocks, TQ, TK, qk_scale, H, BN, D, NBUF, CAUSAL, KEEP_F32)),
-        (_load_kv, (k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, n_m, n_blocks, TQ, TK, H,
-                    HKV, D, BN, NBUF, CAUSAL)),
+                    sched, sched_ready, sched_empty, o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, H, BN, D,
+                    NBUF, CAUSAL, KEEP_F32)),
+        (_load_kv, (k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, counter, sched, sched_ready,
+                    sched_empty, n_m, n_blocks, HS, TQ, TK, H, HKV, D, BN, NBUF, CAUSAL)),
     ], [4, 1], [REGS, 24])
 
 
@@ -318,8 +371,16 @@ BLOCK_M = 2 * BR.value
 CONFIG = dict(BN=128, NBUF=2, REGS=240, num_warps=4, maxnreg=168)  # measured on an H200 (NOTES.md, "Hopper forward")
 
 
-def grid(B, TQ, H, causal):
-    """The grid of `flash_fwd_pingpong_kernel`: non-causal blocks all take the same time, so one program per
-    multiprocessor walks them; causal ones one program per block (the GPU's scheduler balances them)."""
-    blocks = triton.cdiv(TQ, BLOCK_M) * B * H
-    return (blocks,) if causal else (min(blocks, sm_count()),)
+L2_KV_BYTES = 32 << 20  # K and V of a causal section's heads (the H100's and H200's L2: 50 MB)
+
+
+def grid(B, TQ, H):
+    """The grid of `flash_fwd_pingpong_kernel`: one program per multiprocessor, or per block where there are
+    fewer blocks."""
+    return (min(triton.cdiv(TQ, BLOCK_M) * B * H, sm_count()),)
+
+
+def heads_per_section(TK, D, H, HKV, itemsize):
+    """Query heads (batch-major, as `_block` numbers them) whose K and V fit in L2_KV_BYTES together: a causal
+    launch runs a section's blocks before the next section's (GQA: H/HKV query heads share one K and V)."""
+    return max(1, L2_KV_BYTES // (2 * TK * D * itemsize)) * (H // HKV)
