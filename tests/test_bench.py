@@ -717,3 +717,58 @@ def test_first_call_from_the_command_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["bench", "--op", "ring_attention", "--first-call"])
     assert bench.FIRST_CALL_OUT == bench.DEFAULT_OUT / "first_call"
+
+
+# ----------------------------------------------------------------------------- paired rounds
+
+
+def test_paired_samples_alternate_the_order_and_time_per_copy(monkeypatch):
+    """Each round samples every program once, the order reversed every other round; a sample is its program's
+    time over the copies it runs. The clock here advances by the program's cost, so the per-copy times are exact."""
+    from workbench.bench import timing
+
+    now = [0.0]
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: now[0])
+    calls = []
+
+    def program(name, seconds):
+        def call():
+            calls.append(name)
+            now[0] += seconds
+        return call
+
+    samples = timing.paired_samples([(program("a", 0.004), 2), (program("b", 0.009), 3)], lambda out: out, 4)
+    assert calls == ["a", "b"] + ["a", "b", "b", "a", "a", "b", "b", "a"]  # one warm call each, then the rounds
+    assert samples == [[pytest.approx(2.0)] * 4, [pytest.approx(3.0)] * 4]
+
+
+def test_paired_rounds_ratio_the_kernel_to_the_best_peer_of_the_same_run(tmp_path, capsys, no_ejkernel):
+    """`--paired N` with `--timer copies`: the kernel's rows record the peer timed beside it (the fastest peer by
+    median of the run's own rows), N rounds, and the median of the rounds' ratios within their range; the table
+    prints them. Without it no row has `paired`."""
+    assert cli.main(["bench", "--op", "flash_attention", "--shapes", "tiny", "--iters", "1", "--peers",
+                     "--timer", "copies", "--paired", "3", "--implementations", "triton", "--no-variants",
+                     "--out", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("flash_attention-*.json")
+    record = json.loads(path.read_text())
+    assert record["paired"] == 3
+    for pass_ in ("forward", "forward_backward"):
+        rows = [r for r in record["results"] if r["pass"] == pass_]
+        peers = [r for r in rows if r["kind"] == "peer" and r["timer"] == "copies"]
+        kernel = next(r for r in rows if r["implementation"] == "triton")
+        paired = kernel["paired"]
+        assert paired["peer"] == min(peers, key=lambda r: r["ms"]["median"])["implementation"]
+        assert paired["rounds"] == 3 and paired["ms"] > 0 and paired["peer_ms"] > 0
+        assert paired["ratio_min"] <= paired["ratio"] <= paired["ratio_max"]
+        assert not any("paired" in r for r in rows if r is not kernel)
+    assert "paired: B=1 T=32" in capsys.readouterr().out
+    plain = bench.run("flash_attention", "tiny", iters=1, peers=True, implementations=["triton"], variants=False,
+                      timer="copies")
+    assert plain["paired"] == 0 and not any("paired" in r for r in plain["results"])
+
+
+@pytest.mark.parametrize("options", [dict(timer="calls", paired=3), dict(timer="copies", paired=-1),
+                                     dict(timer="copies", paired=2, implementations=["reference"])])
+def test_paired_needs_copies_rounds_and_the_kernel(options):
+    with pytest.raises(ValueError, match=r"paired: a number of rounds ≥ 1 with timer='copies'"):
+        bench.run("recurrent", "tiny", iters=1, **options)

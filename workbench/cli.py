@@ -92,6 +92,10 @@ def _bench_parser(subparsers) -> None:
                         "program that runs the pass n times (n from its time: up to 2 ms of work), per copy: the "
                         "device's time for programs too short to hide the host's dispatch (torch peers are "
                         "timed by calls either way; the record says which row was timed how)")
+    p.add_argument("--paired", type=int, default=0, metavar="N",
+                   help="with --timer copies: after each shape, N rounds of the kernel and the best peer timed one "
+                        "after the other (the order reversed every round); the kernel's rows record the median "
+                        "of the rounds' ratios (`paired`), free of the drift between two medians taken apart")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help=f"record directory (default {bench.DEFAULT_OUT}; with --first-call {bench.FIRST_CALL_OUT})")
     p.add_argument("--errors-from", choices=("reference", "peers"), default="reference",
@@ -135,7 +139,7 @@ def _bench(args: argparse.Namespace, command: str) -> int:
     return _recorded(args.op, out, lambda stamp: bench.run(
         args.op, args.shapes, iters=args.iters, reps=args.reps, implementations=implementations, peers=args.peers,
         command=command, tokens=args.T, errors_from=args.errors_from, variants=variants, timer=args.timer,
-        progress=lambda partial: bench.write_partial(partial, out, stamp)), bench.table)
+        paired=args.paired, progress=lambda partial: bench.write_partial(partial, out, stamp)), bench.table)
 
 
 def _data_parallel(args: argparse.Namespace, command: str) -> int:

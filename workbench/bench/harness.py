@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
@@ -44,7 +45,7 @@ from .peers import import_peer
 from .records import Refused
 from .spec import OpBench, Peer, PeerCalls
 from .specs import OPS
-from .timing import TIMERS, WARMUP, jax_calls, say, time_copies_ms, time_ms
+from .timing import TIMERS, WARMUP, jax_calls, paired_samples, say, time_copies_ms, time_ms
 
 IMPLEMENTATIONS = ("triton", "reference")
 WRONG_RMS_REL = {"bfloat16": 5e-2, "float16": 2e-2, "float32": 1e-3}
@@ -54,7 +55,7 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
         implementations: Sequence[str] = IMPLEMENTATIONS, peers: bool = False, command: str = "",
         shapes: Sequence[Mapping[str, int]] | None = None, tokens: Sequence[int] | None = None,
         errors_from: str = "reference", progress: Callable[[dict[str, Any]], None] | None = None,
-        variants: bool | Sequence[str] = True, timer: str = "calls") -> dict[str, Any]:
+        variants: bool | Sequence[str] = True, timer: str = "calls", paired: int = 0) -> dict[str, Any]:
     """Time `op_name` over a shape set (or explicit `shapes`) and return the record (not written).
 
     tokens: only the shapes with these sequence lengths T (a long sweep in parts; recorded).
@@ -68,14 +69,23 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
       short to hide the host's dispatch; `timing.time_copies_ms`). A contender that is not one JAX
       program (a torch peer) is timed by calls in both; every row records its timer and n ("copies"), and
       its ratio is to the best peer timed the same way.
+    paired: with timer "copies", after a shape's contenders, this many rounds that each time the kernel and the
+      best peer (by median, among the peers timed as copies) once, one after the other, in an order that reverses
+      every round (`timing.paired_samples`); the kernel's row gets `paired`: the peer, the rounds, each one's
+      median, and the median, min and max of the rounds' ratios. A ratio of two medians taken minutes apart
+      carries the device's drift between them (a warm GPU slows); the paired ratio does not.
     progress: called with the record so far ("complete": False) after every timed contender, so a run
       cut short by a time limit still leaves what it measured (`workbench bench` writes it).
     """
     op = OPS[op_name] if op_name in OPS else _unknown_op(op_name)
     shapes = _shapes(op_name, op, shape_set, shapes, tokens)
     _check_options(op_name, op, shape_set, implementations, iters, reps, errors_from, timer)
+    if paired and (timer != "copies" or paired < 1 or "triton" not in implementations):
+        raise ValueError(f"paired: a number of rounds ≥ 1 with timer='copies' and 'triton' among the implementations; "
+                         f"got paired={paired!r}, timer={timer!r}, implementations={list(implementations)}")
     bench = _Run(op_name, op, shape_set, shapes, tokens, iters, reps, implementations, errors_from, command, timer,
-                 timed_variants=chosen_variants(op_name, variants) if "triton" in implementations else {})
+                 timed_variants=chosen_variants(op_name, variants) if "triton" in implementations else {},
+                 paired=paired)
     bench.load_peers(op.peers if peers else ())
     for i, shape in enumerate(shapes):
         inputs = op.inputs(shape, jnp.dtype(op.dtype), i)
@@ -87,6 +97,7 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
             bench.time_contender(shape, name, kind, make)
             if progress is not None:
                 progress(bench.record(complete=False))
+        bench.pair_shape(shape)
         bench.finish_shape()
     return bench.record(complete=True)
 
@@ -177,6 +188,7 @@ class _Run:
     timer: str
     timed_variants: Mapping[str, Mapping[str, Any]]
     warmup: int = 1 if launch.INTERPRET else WARMUP  # the interpreter neither compiles nor autotunes
+    paired: int = 0
     device: dict[str, Any] = dataclasses.field(default_factory=device_info)
     t_start: float = dataclasses.field(default_factory=time.perf_counter)
     peer_status: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -186,6 +198,7 @@ class _Run:
     skipped: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     shape_rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     outputs_of: dict[str, dict[str, list[np.ndarray]]] = dataclasses.field(default_factory=dict)
+    copies_of: dict[str, tuple[PeerCalls, dict[str, int]]] = dataclasses.field(default_factory=dict)
 
     def say(self, shape, name: str, text: str) -> None:
         label = " ".join(f"{n}={s}" for n, s in shape.items())
@@ -264,6 +277,8 @@ class _Run:
             return
         got = {"forward": calls.to_numpy(fwd_out), "forward_backward": calls.to_numpy(fb_out)}
         self.outputs_of[name] = got
+        if self.paired and fwd_n is not None and (name == "triton" or kind == "peer"):
+            self.copies_of[name] = (calls, {"forward": fwd_n, "forward_backward": fb_n})
         fwd_bytes, fwd_bwd_bytes = self.op.bytes(shape, jnp.dtype(self.op.dtype))
         flops = self.op.flops(shape) if self.op.flops is not None else (None, None)
         kept = calls.kept() if calls.kept is not None else None
@@ -286,6 +301,26 @@ class _Run:
                                    self.reps)
         return (*time_ms(plain, calls.block, self.iters, self.warmup, self.reps), None)
 
+    def pair_shape(self, shape) -> None:
+        """`paired` rounds of the kernel and the best peer timed as copies, per pass (see `run`)."""
+        kernel = self.copies_of.pop("triton", None)
+        for pass_ in ("forward", "forward_backward") if kernel is not None else ():
+            peers = [r for r in self.shape_rows if r["pass"] == pass_ and r["implementation"] in self.copies_of]
+            if not peers:
+                continue
+            peer = min(peers, key=lambda r: r["ms"]["median"])["implementation"]
+            calls, copies = self.copies_of[peer]
+            programs = [kernel[0].copies(pass_, kernel[1][pass_]), calls.copies(pass_, copies[pass_])]
+            ours, theirs = paired_samples(programs, calls.block, self.paired)
+            ratios = sorted(a / b for a, b in zip(ours, theirs))
+            row = next(r for r in self.shape_rows if r["pass"] == pass_ and r["implementation"] == "triton")
+            row["paired"] = {"peer": peer, "rounds": self.paired, "ms": statistics.median(ours),
+                             "peer_ms": statistics.median(theirs), "ratio": statistics.median(ratios),
+                             "ratio_min": ratios[0], "ratio_max": ratios[-1]}
+            self.say(shape, "triton", f"{pass_} paired with {peer} over {self.paired} rounds: "
+                                      f"ratio {row['paired']['ratio']:.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})")
+        self.copies_of = {}
+
     def finish_shape(self) -> None:
         self.results += _finish(self.shape_rows, self.outputs_of, self.errors_from, self.op,
                                 WRONG_RMS_REL[self.op.dtype], self.device)
@@ -307,7 +342,7 @@ class _Run:
                          "chosen": sorted(autotune.CHOSEN.values(), key=lambda c: json.dumps(c, sort_keys=True))},
             "shape_set": self.shape_set, "shapes": [dict(s) for s in self.shapes],
             "tokens": None if self.tokens is None else list(self.tokens),
-            "dtype": op.dtype, "iters": self.iters, "reps": self.reps, "timer": self.timer,
+            "dtype": op.dtype, "iters": self.iters, "reps": self.reps, "timer": self.timer, "paired": self.paired,
             "warmup": self.warmup, "implementations": list(self.implementations),
             "wrong_rms_rel": WRONG_RMS_REL[op.dtype], "variants": list(self.timed_variants),
             "peers": self.peer_status, "limits": {n: {"max_T": t, "why": why} for n, (t, why) in op.max_T.items()},

@@ -54,6 +54,13 @@ def table(record: Mapping[str, Any]) -> str:
     line = lambda cells: "  ".join(c.rjust(w) if i >= 3 else c.ljust(w)  # noqa: E731
                                    for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
     out = [line(COLUMNS), line(["-" * w for w in widths]), *map(line, rows)]
+    for r in record["results"]:
+        if r.get("paired"):
+            pr = r["paired"]
+            out.append(f"paired: {' '.join(f'{n}={s}' for n, s in r['shape'].items())} "
+                       f"{'fwd' if r['pass'] == 'forward' else 'fwd+bwd'} {r['implementation']} / {pr['peer']} = "
+                       f"{pr['ratio']:.3f} (rounds {pr['ratio_min']:.3f}-{pr['ratio_max']:.3f}, {pr['rounds']} rounds; "
+                       f"medians {pr['ms']:.3f} / {pr['peer_ms']:.3f} ms)")
     for p in record["peers"]:
         if p["status"] != "measured":
             out.append(f"peer {p['peer']}: {p['status']}" + (f" ({p['reason']})" if p.get("reason") else ""))

@@ -75,6 +75,23 @@ def time_copies_ms(copies: Callable[[int], tuple[Callable[[], Any], int]], plain
     return {k: v / n for k, v in ms.items()}, out, n
 
 
+def paired_samples(programs: Sequence[tuple[Callable[[], Any], int]], block: Callable[[Any], Any],
+                   rounds: int) -> list[list[float]]:
+    """ms per copy of each (program, copies it runs) over `rounds` rounds: a round takes one sample of every
+    program, back to back, in an order that reverses every other round, so that a drift of the device's clocks
+    (a warm GPU slows) weighs on each program alike. Each program runs once first (compiled, warm)."""
+    for call, _ in programs:
+        block(call())
+    samples: list[list[float]] = [[] for _ in programs]
+    for r in range(rounds):
+        for i in (range(len(programs)) if r % 2 == 0 else reversed(range(len(programs)))):
+            call, n = programs[i]
+            t0 = time.perf_counter()
+            block(call())
+            samples[i].append((time.perf_counter() - t0) * 1e3 / n)
+    return samples
+
+
 def jax_calls(op: OpBench, implementation: str, inputs: Mapping[str, jax.Array],
               cotangents: Sequence[jax.Array], **options) -> PeerCalls:
     """The op's forward and forward+backward (`jax.vjp`, the given cotangents) under `jax.jit`;
