@@ -4,7 +4,9 @@ its key-tile loop and after its stores, per group) runs at each shape; the scrip
 kernel's span, the mean of each phase per group (set-up: entry to the first softmax done; a loop tile; end: the
 last P V and the stores; gap: one block's end to the next's entry), a least-squares fit of a block's time (both
 groups, entry to stores) on its key tiles, and the spread of the programs' end times. It also times the merged
-kernel and the stamped one (median of 10 samples of 8 copies) to show what the stamps cost. One JSON line each."""
+kernel and the stamped one (median of 10 samples of 8 copies) to show what the stamps cost, and a candidate beside
+them: `gluon_kernels_qahead.py` (two q buffers a group, a plain program loading the next block's q as it begins a
+block), its outputs against the merged kernel's bit for bit, both timed twice, alternately. One JSON line each."""
 import json, os, statistics, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np
@@ -12,6 +14,7 @@ import workbench
 import jax, jax.numpy as jnp, triton
 from workbench.flash_attention import gluon_kernels as merged
 import gluon_kernels_timeline as stamped
+import gluon_kernels_qahead as qahead
 
 MAXB, EVENTS = stamped.MAXB.value, stamped.EVENTS.value
 
@@ -66,6 +69,8 @@ for (B, T, H, D) in ((4, 4096, 16, 128), (1, 16384, 16, 128), (4, 4096, 16, 64),
             a = fwd(merged, q, k, v, causal)
             b = fwd(stamped, q, k, v, causal)
             row["equal"] = [bool(jnp.array_equal(x, y)) for x, y in zip(a[:2], b[:2])]
+            c = fwd(qahead, q, k, v, causal)
+            row["equal_qahead"] = [bool(jnp.array_equal(x, y)) for x, y in zip(a[:2], c[:2])]
             st = np.asarray(b[4]).reshape(-1, MAXB, 2, EVENTS)
             t = st[..., :4].astype(np.float64) / 1e3  # µs
             seen = st[..., 0] > 0
@@ -89,7 +94,9 @@ for (B, T, H, D) in ((4, 4096, 16, 128), (1, 16384, 16, 128), (4, 4096, 16, 64),
                        program_ends_us=dict(min=round(float(ends.min()), 1), median=round(float(np.median(ends)), 1),
                                             max=round(float(ends.max()), 1)),
                        blocks_stamped=int(both.sum()))
-            row["ms_merged"] = timed(lambda *x: fwd(merged, *x, causal), (q, k, v))
+            for rep in ("", "_again"):
+                row["ms_merged" + rep] = timed(lambda *x: fwd(merged, *x, causal), (q, k, v))
+                row["ms_qahead" + rep] = timed(lambda *x: fwd(qahead, *x, causal), (q, k, v))
             row["ms_stamped"] = timed(lambda *x: fwd(stamped, *x, causal), (q, k, v))
         except Exception as e:
             row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
