@@ -58,6 +58,37 @@ def tiles(block, T, H, n_bh, causal, HS, BN=128):
     return np.full_like(block, -(-T // BN))
 
 
+def analyse(st, B, T, H, D, causal):
+    """The phases of the stamps [programs, MAXB, 2 groups, 4 times + block number] (see the module's note)."""
+    row = {}
+    t = st[..., :4].astype(np.float64) / 1e3  # µs
+    seen = st[..., 0] > 0
+    t0 = t[..., 0][seen].min()
+    t = t - t0
+    n = tiles(st[..., 4], T, H, B * H, causal, merged.heads_per_section(T, D, H, H, 2))
+    setup, end = (t[..., 1] - t[..., 0])[seen], (t[..., 3] - t[..., 2])[seen]
+    many = seen & (n > 1)
+    per_tile = ((t[..., 2] - t[..., 1]) / np.maximum(n - 1, 1))[many]
+    nxt = seen[:, 1:] & seen[:, :-1]
+    gap = (t[:, 1:, :, 0] - t[:, :-1, :, 3])[nxt]
+    both = seen[..., 0] & seen[..., 1]
+    dur = (t[..., 3].max(-1) - t[..., 0].min(-1))[both]
+    x = n[..., 0][both].astype(np.float64)
+    fit = np.polyfit(x, dur, 1) if np.ptp(x) > 0 else (None, None)  # blocks of one length (plain): no fit
+    ends = np.where(seen, t[..., 3], 0).max(axis=(1, 2))
+    complete = int(seen[:, -1].sum()) == 0  # no program ran more than MAXB blocks
+    row.update(span_us=round(float(t[..., 3][seen].max()), 1), complete=complete,
+               setup_us=round(float(setup.mean()), 2), tile_us=round(float(per_tile.mean()), 3),
+               end_us=round(float(end.mean()), 2), gap_us=round(float(gap.mean()), 2) if gap.size else None,
+               block_fit_us=None if fit[0] is None else dict(per_tile=round(float(fit[0]), 3),
+                                                             fixed=round(float(fit[1]), 2)),
+               block_us=round(float(dur.mean()), 2),
+               program_ends_us=dict(min=round(float(ends.min()), 1), median=round(float(np.median(ends)), 1),
+                                    max=round(float(ends.max()), 1)),
+               blocks_stamped=int(both.sum()))
+    return row
+
+
 jax.block_until_ready(jnp.zeros(1))
 print(json.dumps({"triton": triton.__version__, "jax": jax.__version__, "device": jax.devices()[0].device_kind}))
 for (B, T, H, D) in ((4, 4096, 16, 128), (1, 16384, 16, 128), (4, 4096, 16, 64), (8, 2048, 16, 128)):
@@ -71,29 +102,7 @@ for (B, T, H, D) in ((4, 4096, 16, 128), (1, 16384, 16, 128), (4, 4096, 16, 64),
             row["equal"] = [bool(jnp.array_equal(x, y)) for x, y in zip(a[:2], b[:2])]
             c = fwd(qahead, q, k, v, causal)
             row["equal_qahead"] = [bool(jnp.array_equal(x, y)) for x, y in zip(a[:2], c[:2])]
-            st = np.asarray(b[4]).reshape(-1, MAXB, 2, EVENTS)
-            t = st[..., :4].astype(np.float64) / 1e3  # µs
-            seen = st[..., 0] > 0
-            t0 = t[..., 0][seen].min()
-            t = t - t0
-            n = tiles(st[..., 4], T, H, B * H, causal, merged.heads_per_section(T, D, H, H, 2))
-            setup, end = (t[..., 1] - t[..., 0])[seen], (t[..., 3] - t[..., 2])[seen]
-            many = seen & (n > 1)
-            per_tile = ((t[..., 2] - t[..., 1]) / np.maximum(n - 1, 1))[many]
-            nxt = seen[:, 1:] & seen[:, :-1]
-            gap = (t[:, 1:, :, 0] - t[:, :-1, :, 3])[nxt]
-            both = seen[..., 0] & seen[..., 1]
-            dur = (t[..., 3].max(-1) - t[..., 0].min(-1))[both]
-            fit = np.polyfit(n[..., 0][both].astype(np.float64), dur, 1)
-            ends = np.where(seen, t[..., 3], 0).max(axis=(1, 2))
-            complete = int(seen[:, -1].sum()) == 0  # no program ran more than MAXB blocks
-            row.update(span_us=round(float(t[..., 3][seen].max()), 1), complete=complete,
-                       setup_us=round(float(setup.mean()), 2), tile_us=round(float(per_tile.mean()), 3),
-                       end_us=round(float(end.mean()), 2), gap_us=round(float(gap.mean()), 2) if gap.size else None,
-                       block_fit_us=dict(per_tile=round(float(fit[0]), 3), fixed=round(float(fit[1]), 2)),
-                       program_ends_us=dict(min=round(float(ends.min()), 1), median=round(float(np.median(ends)), 1),
-                                            max=round(float(ends.max()), 1)),
-                       blocks_stamped=int(both.sum()))
+            row.update(analyse(np.asarray(b[4]).reshape(-1, MAXB, 2, EVENTS), B, T, H, D, causal))
             for rep in ("", "_again"):
                 row["ms_merged" + rep] = timed(lambda *x: fwd(merged, *x, causal), (q, k, v))
                 row["ms_qahead" + rep] = timed(lambda *x: fwd(qahead, *x, causal), (q, k, v))
