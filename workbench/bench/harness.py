@@ -81,8 +81,9 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
     shapes = _shapes(op_name, op, shape_set, shapes, tokens)
     _check_options(op_name, op, shape_set, implementations, iters, reps, errors_from, timer)
     if paired and (timer != "copies" or paired < 1 or "triton" not in implementations):
-        raise ValueError(f"paired: a number of rounds ≥ 1 with timer='copies' and 'triton' among the implementations; "
-                         f"got paired={paired!r}, timer={timer!r}, implementations={list(implementations)}")
+        raise ValueError(f"paired: a number of rounds ≥ 1 with timer='copies' and 'triton' among the "
+                         f"implementations; got paired={paired!r}, timer={timer!r}, "
+                         f"implementations={list(implementations)}")
     bench = _Run(op_name, op, shape_set, shapes, tokens, iters, reps, implementations, errors_from, command, timer,
                  timed_variants=chosen_variants(op_name, variants) if "triton" in implementations else {},
                  paired=paired)

@@ -3,8 +3,9 @@ same results as `kernels.py`'s forward (NOTES.md fa.2, fa.4), scheduled by hand 
 
 A program owns a 128-row block of one (batch, head) at a time and runs blocks until none is left (`grid`,
 `flash_fwd_pingpong_kernel`; causal ones taken from a counter as programs finish, `_take_block`): q, o
-`[B, TQ, H, D]`, k, v `[B, TK, HKV, D]` (causal aligned bottom-right: row i sees keys j ≤ i + TK − TQ; a row that sees none has o = 0 and lse = −∞, fa.10), lse
-`[B, H, TQ]` (natural log). Three partitions share its shared memory:
+`[B, TQ, H, D]`, k, v `[B, TK, HKV, D]` (causal aligned bottom-right: row i sees keys j ≤ i + TK − TQ; a row that
+sees none has o = 0 and lse = −∞, fa.10), lse `[B, H, TQ]` (natural log). Three partitions share its shared
+memory:
 
   - a loading warp fills a ring of NBUF K and V tiles through tensor descriptors (TMA, made on the device; rows
     past T read as 0);
@@ -128,8 +129,8 @@ def _next_block(tile, handed, sched, sched_ready, sched_empty, CAUSAL: gl.conste
 def _take_block(tile, handed, counter, sched, sched_ready, sched_empty, n_blocks, CAUSAL: gl.constexpr):
     """(The loading warp) the program's next block: plain, tile + programs; causal, the launch's next untaken block
     (`counter` starts at 0 where there are more blocks than programs; the first `programs` blocks are the
-    programs' own), passed to both groups through the
-    ring slot handed % 2 of `sched` once they read what was there before."""
+    programs' own), passed to both groups through the ring slot handed % 2 of `sched` once they read what was
+    there before."""
     if CAUSAL:
         if gl.num_programs(0) < n_blocks:
             nxt = gl.atomic_add(counter, 1) + gl.num_programs(0)
@@ -321,7 +322,8 @@ def flash_fwd_pingpong_kernel(q, k, v, B, TQ, TK, scale, HS, o, lse, o32, counte
     running blocks until none is left: the next block's loads overlap this one's last products and stores. Plain
     blocks all take the same time: a program runs program_id, program_id + programs, …; causal ones differ up to
     T/128-fold, so a program takes the next untaken block when its loading warp is done with one (`counter`, one
-    int32 that starts at 0 where blocks outnumber programs). num_warps 4 (the first group; the second group and the loading warp are workers)."""
+    int32 that starts at 0 where blocks outnumber programs). num_warps 4 (the first group; the second group and
+    the loading warp are workers)."""
     dtype: gl.constexpr = q.dtype.element_ty
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BR, D], dtype)
     kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, D], dtype)
