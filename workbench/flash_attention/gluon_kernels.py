@@ -22,10 +22,11 @@ Two signals are written in PTX (`gl.inline_asm`) because Gluon's `mbarrier.arriv
 a barrier of its whole partition, which the compiler puts before every arrive (three per tile per group): the
 turns (`bar.sync` / `bar.arrive` on named barriers, as FlashAttention-3 does) and the release of a K or V slot
 (one lane per warp arrives, `elect.sync`, once the warp's wait for the product that read the slot returned; a
-warp group's product completes as one, so any warp's wait covers the group's). Causal, o is stored through a
-layout whose lanes write whole 16-byte pieces of a row (the products' layout writes half-sectors); that also
-spills less in the causal kernel, while the plain kernel spills more with it, so the plain one keeps the
-products' layout (NOTES.md, "The Hopper forward"). Masks beyond
+warp group's product completes as one, so any warp's wait covers the group's). o leaves a plain block by TMA
+from a shared-memory box per group (`o_smem`): the group goes on to the next block while the box is written (its
+stores from registers cost 2-8 % of the kernel); causal blocks store from registers through a layout whose lanes
+write whole 16-byte pieces of a row (the products' layout writes half-sectors), where the box measured no faster,
+as do rows past TQ, which a box would write into the next batch's (NOTES.md, "The Hopper forward"). Masks beyond
 causal (window, softcap, sinks, bias, segments, dropout, packed sequences) stay on `kernels.py` (the glue
 chooses).
 """
@@ -33,7 +34,8 @@ chooses).
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                               warpgroup_mma_wait)
 
 from ..launch import sm_count
 
@@ -200,7 +202,8 @@ def _online_softmax(s, m_i, l_i, r0, j0, TK, off, qk_scale, layout: gl.constexpr
 
 @gluon.jit
 def _group_block(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, sched, sched_ready,
-                 sched_empty, o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, tile, handed, c, q_phase,
+                 sched_empty, o_desc, o_smem, o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, tile, handed, c,
+                 q_phase,
                  WG: gl.constexpr, H: gl.constexpr, BN: gl.constexpr, D: gl.constexpr, NBUF: gl.constexpr,
                  CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
     """This group's rows of block `tile`: its q tile (loaded, phase `q_phase`), the program's K, V tiles c, c + 1,
@@ -263,14 +266,19 @@ def _group_block(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empt
     o_m = r0 + gl.arange(0, BR, layout=row_layout)
     o_d = gl.arange(0, D, layout=gl.SliceLayout(0, o_layout))
     offsets = gl.expand_dims(o_m.to(gl.int64) * ROW, 1) + gl.expand_dims(o_d, 0)
-    if CAUSAL:  # whole 16-byte pieces a lane (the products' layout writes half-sectors); see the module's note
+    if (not CAUSAL) and (r0 + BR <= TQ):  # the 64 rows are all the batch's: a box by TMA (see the module's note)
+        tma.store_wait(0)  # the previous block's box has been read (Triton puts a barrier of the group after it)
+        o_smem.store(acc.to(dtype))
+        fence_async_shared()
+        tma.async_store(o_desc, [i_b * TQ + r0, i_h * D], o_smem)
+    elif CAUSAL:  # whole 16-byte pieces a lane; see the module's note
         st_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (D // 8), D // 8], [4, 1], [1, 0])
         s_m = r0 + gl.arange(0, BR, layout=gl.SliceLayout(1, st_layout))
         s_d = gl.arange(0, D, layout=gl.SliceLayout(0, st_layout))
         s_offsets = gl.expand_dims(s_m.to(gl.int64) * ROW, 1) + gl.expand_dims(s_d, 0)
         gl.store(o + q_head + s_offsets, gl.convert_layout(acc.to(dtype), st_layout),
                  mask=gl.expand_dims(s_m < TQ, 1))
-    else:
+    else:  # a plain block's rows past TQ
         gl.store(o + q_head + offsets, acc.to(dtype), mask=gl.expand_dims(o_m < TQ, 1))
     if KEEP_F32:  # float32: a lane's two neighbouring values and its quad's fill whole sectors
         gl.store(o32 + q_head + offsets, acc, mask=gl.expand_dims(o_m < TQ, 1))
@@ -282,8 +290,8 @@ def _group_block(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empt
 
 @gluon.jit
 def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, sched, sched_ready, sched_empty,
-           o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, WG: gl.constexpr, H: gl.constexpr, BN: gl.constexpr,
-           D: gl.constexpr, NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
+           o_desc, o_smem, o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, WG: gl.constexpr, H: gl.constexpr,
+           BN: gl.constexpr, D: gl.constexpr, NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
     """Rows [m0 + WG·BR, m0 + (WG+1)·BR) of each block the program runs (`_group_block`): program_id first, then
     what `_next_block` says. A group issues products only in its turn; turns alternate 0, 1, 0, … across the
     program's blocks: group 1 passes the first turn to group 0 and skips only its very last pass, so that each
@@ -298,19 +306,20 @@ def _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_e
     handed = 0
     while tile < n_blocks:
         n_tiles, tile = _group_block(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, sched,
-                                     sched_ready, sched_empty, o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, tile,
-                                     handed, c, handed & 1, WG, H, BN, D, NBUF, CAUSAL, KEEP_F32)
+                                     sched_ready, sched_empty, o_desc, o_smem, o, o32, lse, n_m, n_blocks, HS, TQ, TK,
+                                     qk_scale, tile, handed, c, handed & 1, WG, H, BN, D, NBUF, CAUSAL, KEEP_F32)
         c += n_tiles
         handed += 1
+    tma.store_wait(0)  # the last box read before the program's shared memory goes
 
 
 @gluon.jit
 def _group_1(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, sched, sched_ready,
-             sched_empty, o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, H: gl.constexpr, BN: gl.constexpr,
-             D: gl.constexpr, NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
+             sched_empty, o_desc, o_smem, o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, H: gl.constexpr,
+             BN: gl.constexpr, D: gl.constexpr, NBUF: gl.constexpr, CAUSAL: gl.constexpr, KEEP_F32: gl.constexpr):
     """The worker partition's entry: `_group` for the second half of the rows."""
     _group(q_desc, q_smem, q_bar, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, sched, sched_ready, sched_empty,
-           o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, 1, H, BN, D, NBUF, CAUSAL, KEEP_F32)
+           o_desc, o_smem, o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, 1, H, BN, D, NBUF, CAUSAL, KEEP_F32)
 
 
 @gluon.jit
@@ -330,12 +339,14 @@ def flash_fwd_pingpong_kernel(q, k, v, B, TQ, TK, scale, HS, o, lse, o32, counte
     # rows of every batch one after another: a box at (b·T + m, h·D) is rows m.. of head h of batch b (rows past
     # T are the next batch's: masked keys, and query rows never stored)
     q_desc = tma.make_tensor_descriptor(q, [B * TQ, H * D], [H * D, 1], [BR, D], q_layout)
+    o_desc = tma.make_tensor_descriptor(o, [B * TQ, H * D], [H * D, 1], [BR, D], q_layout)
     k_desc = tma.make_tensor_descriptor(k, [B * TK, HKV * D], [HKV * D, 1], [BN, D], kv_layout)
     v_desc = tma.make_tensor_descriptor(v, [B * TK, HKV * D], [HKV * D, 1], [BN, D], kv_layout)
     n_m = gl.cdiv(TQ, 2 * BR)
     n_blocks = n_m * B * H
 
     q_smem = gl.allocate_shared_memory(dtype, [2, BR, D], q_layout)
+    o_smem = gl.allocate_shared_memory(dtype, [2, BR, D], q_layout)  # each group's o box on its way out
     k_bufs = gl.allocate_shared_memory(dtype, [NBUF, BN, D], kv_layout)
     v_bufs = gl.allocate_shared_memory(dtype, [NBUF, BN, D], kv_layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -359,11 +370,11 @@ def flash_fwd_pingpong_kernel(q, k, v, B, TQ, TK, scale, HS, o, lse, o32, counte
     qk_scale = scale * LOG2E
     gl.warp_specialize([
         (_group, (q_desc, q_smem.index(0), q_bar.index(0), k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                  sched, sched_ready, sched_empty, o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, 0, H, BN, D,
-                  NBUF, CAUSAL, KEEP_F32)),
+                  sched, sched_ready, sched_empty, o_desc, o_smem.index(0), o, o32, lse, n_m, n_blocks, HS, TQ, TK,
+                  qk_scale, 0, H, BN, D, NBUF, CAUSAL, KEEP_F32)),
         (_group_1, (q_desc, q_smem.index(1), q_bar.index(1), k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty,
-                    sched, sched_ready, sched_empty, o, o32, lse, n_m, n_blocks, HS, TQ, TK, qk_scale, H, BN, D,
-                    NBUF, CAUSAL, KEEP_F32)),
+                    sched, sched_ready, sched_empty, o_desc, o_smem.index(1), o, o32, lse, n_m, n_blocks, HS, TQ, TK,
+                    qk_scale, H, BN, D, NBUF, CAUSAL, KEEP_F32)),
         (_load_kv, (k_desc, v_desc, k_bufs, v_bufs, k_ready, v_ready, k_empty, v_empty, counter, sched, sched_ready,
                     sched_empty, n_m, n_blocks, HS, TQ, TK, H, HKV, D, BN, NBUF, CAUSAL)),
     ], [4, 1], [REGS, 24])
