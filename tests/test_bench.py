@@ -772,3 +772,44 @@ def test_paired_rounds_ratio_the_kernel_to_the_best_peer_of_the_same_run(tmp_pat
 def test_paired_needs_copies_rounds_and_the_kernel(options):
     with pytest.raises(ValueError, match=r"paired: a number of rounds ≥ 1 with timer='copies'"):
         bench.run("recurrent", "tiny", iters=1, **options)
+
+
+# ----------------------------------------------------------------------------- settling before the samples
+
+
+def test_settle_runs_the_program_until_the_seconds_pass_before_any_sample(monkeypatch):
+    """`timing.settle` calls the program back to back (each waited for) until its seconds have passed on the
+    clock; `time_ms` does that after its warm-up and before its samples, so the samples are the last calls. The
+    clock here advances by the program's cost."""
+    from workbench.bench import timing
+
+    now = [0.0]
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: now[0])
+    log = []
+
+    def call():
+        now[0] += 0.25
+        log.append(now[0])
+        return len(log)
+
+    assert timing.settle(call, lambda out: out, 1.0) == 4 and now[0] == pytest.approx(1.0)
+    assert timing.settle(call, lambda out: out, 0.0) == 0
+    log.clear()
+    ms, last = timing.time_ms(call, lambda out: out, iters=3, warmup=2, settle_s=0.6)
+    assert len(log) == 2 + 3 + 3  # warm-up, 0.6 s of 0.25 s calls, the samples
+    assert last == 8 and ms["median"] == pytest.approx(250.0)
+
+
+def test_settle_is_recorded_printed_and_refused_below_zero(tmp_path, capsys, no_ejkernel):
+    """`--settle S` reaches the record (`settle_s`) and the table's note; the paired rounds settle too; a negative
+    S is a ValueError naming it."""
+    assert cli.main(["bench", "--op", "flash_attention", "--shapes", "tiny", "--iters", "1", "--peers",
+                     "--timer", "copies", "--paired", "2", "--settle", "0.05", "--implementations", "triton",
+                     "--no-variants", "--out", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("flash_attention-*.json")
+    record = json.loads(path.read_text())
+    assert record["settle_s"] == 0.05
+    assert "and 0.05 s of calls" in capsys.readouterr().out
+    assert bench.run("recurrent", "tiny", iters=1, implementations=["reference"])["settle_s"] == 0.0
+    with pytest.raises(ValueError, match=r"settle: seconds ≥ 0, got -1"):
+        bench.run("recurrent", "tiny", iters=1, settle=-1)

@@ -96,6 +96,10 @@ def _bench_parser(subparsers) -> None:
                    help="with --timer copies: after each shape, N rounds of the kernel and the best peer timed one "
                         "after the other (the order reversed every round); the kernel's rows record the median "
                         "of the rounds' ratios (`paired`), free of the drift between two medians taken apart")
+    p.add_argument("--settle", type=float, default=0.0, metavar="SECONDS",
+                   help="run each timed program back to back this long before its samples (default 0): a GPU at "
+                        "its power limit lowers its clocks within a second or two of sustained work, so short "
+                        "samples of a program timed after idle or after another one read other clocks")
     p.add_argument("--out", type=Path, metavar="DIR",
                    help=f"record directory (default {bench.DEFAULT_OUT}; with --first-call {bench.FIRST_CALL_OUT})")
     p.add_argument("--errors-from", choices=("reference", "peers"), default="reference",
@@ -139,7 +143,7 @@ def _bench(args: argparse.Namespace, command: str) -> int:
     return _recorded(args.op, out, lambda stamp: bench.run(
         args.op, args.shapes, iters=args.iters, reps=args.reps, implementations=implementations, peers=args.peers,
         command=command, tokens=args.T, errors_from=args.errors_from, variants=variants, timer=args.timer,
-        paired=args.paired, progress=lambda partial: bench.write_partial(partial, out, stamp)), bench.table)
+        paired=args.paired, settle=args.settle, progress=lambda partial: bench.write_partial(partial, out, stamp)), bench.table)
 
 
 def _data_parallel(args: argparse.Namespace, command: str) -> int:

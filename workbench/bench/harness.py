@@ -55,7 +55,8 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
         implementations: Sequence[str] = IMPLEMENTATIONS, peers: bool = False, command: str = "",
         shapes: Sequence[Mapping[str, int]] | None = None, tokens: Sequence[int] | None = None,
         errors_from: str = "reference", progress: Callable[[dict[str, Any]], None] | None = None,
-        variants: bool | Sequence[str] = True, timer: str = "calls", paired: int = 0) -> dict[str, Any]:
+        variants: bool | Sequence[str] = True, timer: str = "calls", paired: int = 0,
+        settle: float = 0.0) -> dict[str, Any]:
     """Time `op_name` over a shape set (or explicit `shapes`) and return the record (not written).
 
     tokens: only the shapes with these sequence lengths T (a long sweep in parts; recorded).
@@ -74,19 +75,24 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
       every round (`timing.paired_samples`); the kernel's row gets `paired`: the peer, the rounds, each one's
       median, and the median, min and max of the rounds' ratios. A ratio of two medians taken minutes apart
       carries the device's drift between them (a warm GPU slows); the paired ratio does not.
+    settle: seconds each timed program runs back to back before its samples (and the paired rounds before theirs;
+      `timing.settle`): a GPU at its power limit samples at the clocks sustained work holds (recorded as
+      `settle_s`).
     progress: called with the record so far ("complete": False) after every timed contender, so a run
       cut short by a time limit still leaves what it measured (`workbench bench` writes it).
     """
     op = OPS[op_name] if op_name in OPS else _unknown_op(op_name)
     shapes = _shapes(op_name, op, shape_set, shapes, tokens)
     _check_options(op_name, op, shape_set, implementations, iters, reps, errors_from, timer)
+    if not settle >= 0:
+        raise ValueError(f"settle: seconds ≥ 0, got {settle!r}")
     if paired and (timer != "copies" or paired < 1 or "triton" not in implementations):
         raise ValueError(f"paired: a number of rounds ≥ 1 with timer='copies' and 'triton' among the "
                          f"implementations; got paired={paired!r}, timer={timer!r}, "
                          f"implementations={list(implementations)}")
     bench = _Run(op_name, op, shape_set, shapes, tokens, iters, reps, implementations, errors_from, command, timer,
                  timed_variants=chosen_variants(op_name, variants) if "triton" in implementations else {},
-                 paired=paired)
+                 paired=paired, settle=settle)
     bench.load_peers(op.peers if peers else ())
     for i, shape in enumerate(shapes):
         inputs = op.inputs(shape, jnp.dtype(op.dtype), i)
@@ -190,6 +196,7 @@ class _Run:
     timed_variants: Mapping[str, Mapping[str, Any]]
     warmup: int = 1 if launch.INTERPRET else WARMUP  # the interpreter neither compiles nor autotunes
     paired: int = 0
+    settle: float = 0.0
     device: dict[str, Any] = dataclasses.field(default_factory=device_info)
     t_start: float = dataclasses.field(default_factory=time.perf_counter)
     peer_status: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -299,8 +306,8 @@ class _Run:
         plain = getattr(calls, pass_)
         if self.timer == "copies" and calls.copies is not None:
             return time_copies_ms(lambda n: calls.copies(pass_, n), plain, calls.block, self.iters, self.warmup,
-                                   self.reps)
-        return (*time_ms(plain, calls.block, self.iters, self.warmup, self.reps), None)
+                                   self.reps, self.settle)
+        return (*time_ms(plain, calls.block, self.iters, self.warmup, self.reps, self.settle), None)
 
     def pair_shape(self, shape) -> None:
         """`paired` rounds of the kernel and the best peer timed as copies, per pass (see `run`)."""
@@ -312,7 +319,7 @@ class _Run:
             peer = min(peers, key=lambda r: r["ms"]["median"])["implementation"]
             calls, copies = self.copies_of[peer]
             programs = [kernel[0].copies(pass_, kernel[1][pass_]), calls.copies(pass_, copies[pass_])]
-            ours, theirs = paired_samples(programs, calls.block, self.paired)
+            ours, theirs = paired_samples(programs, calls.block, self.paired, self.settle)
             ratios = sorted(a / b for a, b in zip(ours, theirs))
             row = next(r for r in self.shape_rows if r["pass"] == pass_ and r["implementation"] == "triton")
             row["paired"] = {"peer": peer, "rounds": self.paired, "ms": statistics.median(ours),
@@ -344,7 +351,7 @@ class _Run:
             "shape_set": self.shape_set, "shapes": [dict(s) for s in self.shapes],
             "tokens": None if self.tokens is None else list(self.tokens),
             "dtype": op.dtype, "iters": self.iters, "reps": self.reps, "timer": self.timer, "paired": self.paired,
-            "warmup": self.warmup, "implementations": list(self.implementations),
+            "settle_s": self.settle, "warmup": self.warmup, "implementations": list(self.implementations),
             "wrong_rms_rel": WRONG_RMS_REL[op.dtype], "variants": list(self.timed_variants),
             "peers": self.peer_status, "limits": {n: {"max_T": t, "why": why} for n, (t, why) in op.max_T.items()},
             "error_sources": list(op.error_sources), "errors_from": self.errors_from, "skipped": self.skipped,

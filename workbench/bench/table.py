@@ -77,6 +77,7 @@ def table(record: Mapping[str, Any]) -> str:
     dev = record["device"]
     out.append(f"{record['op']} {record['shape_set']} {record['dtype']} on {dev['kind']} ({dev['platform']}), "
                f"{record['iters']} samples of {record.get('reps', 1)} back-to-back call(s) after {record['warmup']} warm-up"
+               + (f" and {record['settle_s']:g} s of calls" if record.get("settle_s") else "")
                + (", per copy of n in one program (the records' `copies`; torch peers by calls)"
                   if record.get("timer") == "copies" else "")
                + (" — INTERPRETED: timings meaningless" if record["interpreted"] else ""))

@@ -25,9 +25,21 @@ ESTIMATE_ITERS = 3  # samples of the plain call that size `--timer copies`
 COPIES_BYTES = 4 << 30  # at most this much input and output for all copies of a pass in one program
 
 
+def settle(fn: Callable[[], Any], block: Callable[[Any], Any], seconds: float) -> int:
+    """Run `fn` back to back (each call waited for) until `seconds` have passed; the calls made. A GPU at its power
+    limit lowers its clocks within a second or two of sustained work: samples taken after this see the clocks the
+    work holds, not the ones an idle GPU starts it at (NOTES of flash_attention, "The Hopper forward")."""
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        block(fn())
+        calls += 1
+    return calls
+
+
 def time_ms(fn: Callable[[], Any], block: Callable[[Any], Any], iters: int,
-            warmup: int = WARMUP, reps: int = 1) -> tuple[dict[str, float], Any]:
-    """Median, min and p90 over `iters` samples after `warmup` calls; and the last result.
+            warmup: int = WARMUP, reps: int = 1, settle_s: float = 0.0) -> tuple[dict[str, float], Any]:
+    """Median, min and p90 over `iters` samples after `warmup` calls (and then `settle_s` seconds of calls,
+    `settle`); and the last result.
 
     A sample is `reps` calls issued back to back and one wait for the device, divided by `reps`.
     With reps = 1 every call pays the host's launch and synchronisation latency (on the H200 we
@@ -36,6 +48,7 @@ def time_ms(fn: Callable[[], Any], block: Callable[[Any], Any], iters: int,
     """
     for _ in range(warmup):
         block(fn())
+    settle(fn, block, settle_s)
     times = []
     for _ in range(iters):
         t0 = time.perf_counter()
@@ -50,7 +63,7 @@ def time_ms(fn: Callable[[], Any], block: Callable[[Any], Any], iters: int,
 
 def time_copies_ms(copies: Callable[[int], tuple[Callable[[], Any], int]], plain: Callable[[], Any],
                    block: Callable[[Any], Any], iters: int, warmup: int = WARMUP,
-                   reps: int = 1) -> tuple[dict[str, float], Any, int]:
+                   reps: int = 1, settle_s: float = 0.0) -> tuple[dict[str, float], Any, int]:
     """(median/min/p90 ms per copy, the plain call's last result, n): `time_ms` of one program that runs the
     call n times (`copies(n)` → (that call, the n it could hold)), divided by n.
 
@@ -61,27 +74,31 @@ def time_copies_ms(copies: Callable[[int], tuple[Callable[[], Any], int]], plain
     of CHAIN_MS or more) over ESTIMATE_ITERS samples after its warm-up, and fewer
     where their inputs and outputs would pass COPIES_BYTES. That estimate is the host's pace where the
     host is the slower: the copies then hold less than CHAIN_MS of the device's work, so n is sized again
-    from the best time per copy of those samples, and the program of the larger n timed instead.
+    from the best time per copy of those samples, and the program of the larger n timed instead. `settle_s`:
+    seconds of the timed program's calls before its samples (`settle`).
     """
     estimate, out = time_ms(plain, block, ESTIMATE_ITERS, warmup, reps)
     call, n = copies(device_time.copies_for(estimate["min"]))
-    ms, _ = time_ms(call, block, iters, 1, reps)
+    ms, _ = time_ms(call, block, iters, 1, reps, settle_s)
     wanted = device_time.copies_for(ms["min"] / n)
     if wanted > n:
         more, m = copies(wanted)
         if m > n:
             call, n = more, m
-            ms, _ = time_ms(call, block, iters, 1, reps)
+            ms, _ = time_ms(call, block, iters, 1, reps, settle_s)
     return {k: v / n for k, v in ms.items()}, out, n
 
 
 def paired_samples(programs: Sequence[tuple[Callable[[], Any], int]], block: Callable[[Any], Any],
-                   rounds: int) -> list[list[float]]:
+                   rounds: int, settle_s: float = 0.0) -> list[list[float]]:
     """ms per copy of each (program, copies it runs) over `rounds` rounds: a round takes one sample of every
     program, back to back, in an order that reverses every other round, so that a drift of the device's clocks
-    (a warm GPU slows) weighs on each program alike. Each program runs once first (compiled, warm)."""
+    (a warm GPU slows) weighs on each program alike. Each program runs once first (compiled, warm), then each for
+    settle_s / len(programs) seconds (`settle`)."""
     for call, _ in programs:
         block(call())
+    for call, _ in programs:
+        settle(call, block, settle_s / len(programs))
     samples: list[list[float]] = [[] for _ in programs]
     for r in range(rounds):
         for i in (range(len(programs)) if r % 2 == 0 else reversed(range(len(programs)))):
