@@ -3,7 +3,7 @@ kernel) against the op's forward (`workbench.chunk_gla`), on the bench's inputs 
 
     python3 probe_fused.py check      # CPU interpreter, small shapes: o and the final state against the op's
     python3 probe_fused.py time       # GPU: the target (B8 T4096 H16 K=V=64) and the sweep's T 4k-64k (B1,
-                                      # also in 8 and 16 segments)
+                                      # also in 16 segments)
 
 `time` prints per shape the op's forward and the fused one (median of 10 samples of a jitted program of 8
 copies, ms per copy), their outputs' max |Δ| and the fused time's fraction of the bench's bytes at 4.8 TB/s. One
@@ -105,9 +105,9 @@ def main():
                 (o, ht), (o_ref, ht_ref) = fused_forward(q, k, v, gk), op_forward(q, k, v, gk)
                 row.update(o_max_abs=diff(o, o_ref), ht_max_abs=diff(ht, ht_ref))
                 row["op_ms"] = timed(op_forward, (q, k, v, gk))
-                segs = (1,) if B * H >= 128 else (1, 8, 16)
+                segs = (1,) if B * H >= 128 else (1, 16)
                 for nseg in segs:
-                    for BV, w in ((64, 8), (32, 4), (64, 4)):
+                    for BV, w in ((64, 8), (32, 4)):
                         row[f"fused_seg{nseg}_BV{BV}_w{w}_ms"] = timed(
                             lambda *x: fused_forward(*x, BV=BV, warps=w, nseg=nseg), (q, k, v, gk))
                 best = min(t for n, t in row.items() if n.startswith("fused_"))
