@@ -1,8 +1,8 @@
 """Issue 47: the Gluon forward storing o by TMA from a shared-memory box per group (branch `fwd-tma-store`,
 workbench/flash_attention/gluon_kernels.py) against main's (`../20261128T1835-h200-fence/gluon_kernels_main.py`, a
-copy), which stores o from registers (the products' layout plain, 16-byte pieces causal). Per shape and mask: outputs bit for bit, then
-main's, the new kernel's and cuDNN's forward timed in turn, three rounds (median of 10 samples of 8 copies in one
-program, ms per copy). One JSON line each."""
+copy), which stores o from registers (the products' layout plain, 16-byte pieces causal). Per shape and mask:
+outputs bit for bit, then main's, the new kernel's and cuDNN's forward timed in turn, three rounds (median of 10
+samples of 8 copies in one program, ms per copy). One JSON line each."""
 import json, os, statistics, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "20261128T1835-h200-fence"))
 import jax, jax.numpy as jnp, triton
