@@ -20,7 +20,7 @@ FLOORS = [
               "workbench.tl_helpers"]),
     ("bounds", ["workbench._bounds"]),
     ("launcher", ["workbench.signature", "workbench.interpreter", "workbench.compiler", "workbench.cache",
-                  "workbench.gpu_call", "workbench.launch", "workbench.autotune", "workbench.device_time",
+                  "workbench.gpu_call", "workbench.scratch_pool", "workbench.launch", "workbench.autotune", "workbench.device_time",
                   "workbench.kernel_hash", "workbench.tuning_table", "workbench.compile_check", "workbench.tl_chunked"]),
     ("toolkit", ["workbench.testing", "workbench.strategies", "workbench.plots"]),
     ("families", ["workbench.recurrent", "workbench.chunk_gla", "workbench.kda", "workbench.flash_attention",

@@ -12,7 +12,7 @@ import pytest
 import triton
 import triton.language as tl
 
-from workbench import cache, compiler, gpu_call, launch, signature
+from workbench import cache, compiler, gpu_call, launch, scratch_pool, signature
 
 
 @triton.jit
@@ -35,6 +35,7 @@ class Bindings:
     """Stand-in for `jaxlib.gpu_triton`: records what the launcher builds."""
 
     def __init__(self):
+        self.pools_kept = []  # scratch_pool.ensure() calls (the stubs' fixture)
         self.kernels = []
 
     def TritonKernel(self, *args):
@@ -97,6 +98,7 @@ def stubs(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_call, "_COMPILED", {})
     monkeypatch.setattr(gpu_call, "_KERNELS", {})
     monkeypatch.setattr(gpu_call, "STATS", gpu_call.STATS.__class__())
+    monkeypatch.setattr(scratch_pool, "ensure", lambda: lib.pools_kept.append(1))
     return lib, comp
 
 
@@ -280,6 +282,80 @@ def test_a_kernel_with_global_scratch_goes_to_the_handler_xla_keeps_out_of_cuda_
     gpu_call._COMPILED.clear()
     scratch = lower()
     assert "@triton_kernel_call(" in scratch and "api_version = 2" in scratch and "backend_config = " in scratch
+
+
+def test_only_a_kernel_with_global_scratch_asks_for_the_pools_to_keep_freed_memory(stubs, monkeypatch):
+    """jaxlib allocates a kernel's global scratch at every launch from the default pool (scratch_pool.py)."""
+    lib, comp = stubs
+    monkeypatch.setenv(cache.MODE_VAR, "off")
+    x = jnp.zeros(N, jnp.bfloat16)
+    lower = lambda: jax.jit(lambda x: gpu_call.launch([x, 0.5, x, N], kernel=_axpy_even, out_shapes=[X],  # noqa: E731
+                                                      grid=(3,), metaparams={"BLOCK": 16})).lower(x)
+    lower()
+    assert lib.pools_kept == []
+    comp.scratch = 256
+    gpu_call._COMPILED.clear()
+    lower()
+    assert lib.pools_kept == [1]
+
+
+class FakeDriver:
+    """Stand-in for libcuda's memory-pool calls: `thresholds` per device; `fail` names a call that returns error 1."""
+
+    def __init__(self, thresholds, fail=None):
+        self.thresholds, self.fail, self.set = list(thresholds), fail, []
+
+    def _status(self, name):
+        return 1 if name == self.fail else 0
+
+    def cuInit(self, flags):
+        return self._status("cuInit")
+
+    def cuDeviceGetCount(self, count):
+        count._obj.value = len(self.thresholds)
+        return self._status("cuDeviceGetCount")
+
+    def cuDeviceGet(self, device, ordinal):
+        device._obj.value = 100 + ordinal
+        return self._status("cuDeviceGet")
+
+    def cuDeviceGetDefaultMemPool(self, pool, device):
+        pool._obj.value = 1000 + device.value
+        return self._status("cuDeviceGetDefaultMemPool")
+
+    def cuMemPoolGetAttribute(self, pool, attr, value):
+        assert attr == scratch_pool.ATTR_RELEASE_THRESHOLD
+        value._obj.value = self.thresholds[pool.value - 1100]
+        return self._status("cuMemPoolGetAttribute")
+
+    def cuMemPoolSetAttribute(self, pool, attr, value):
+        assert attr == scratch_pool.ATTR_RELEASE_THRESHOLD
+        self.set.append((pool.value - 1100, value._obj.value))
+        self.thresholds[pool.value - 1100] = value._obj.value
+        return self._status("cuMemPoolSetAttribute")
+
+
+def test_the_default_pools_are_raised_to_keep_freed_memory_and_never_lowered():
+    cuda = FakeDriver([0, 1 << 40, (1 << 20) - 1])
+    assert scratch_pool.keep_freed_memory(cuda) == [scratch_pool.RELEASE_THRESHOLD, 1 << 40,
+                                                    scratch_pool.RELEASE_THRESHOLD]
+    assert cuda.set == [(0, scratch_pool.RELEASE_THRESHOLD), (2, scratch_pool.RELEASE_THRESHOLD)]
+    assert scratch_pool.release_thresholds(cuda) == [scratch_pool.RELEASE_THRESHOLD, 1 << 40,
+                                                     scratch_pool.RELEASE_THRESHOLD]
+    assert scratch_pool.keep_freed_memory(cuda) and len(cuda.set) == 2  # the second time, nothing to raise
+
+
+@pytest.mark.parametrize("fail", ["cuInit", "cuDeviceGetDefaultMemPool", "cuMemPoolSetAttribute"])
+def test_a_driver_that_refuses_the_pools_is_a_warning_naming_the_call(monkeypatch, fail):
+    with pytest.raises(OSError, match=fail):
+        scratch_pool.keep_freed_memory(FakeDriver([0], fail=fail))
+    monkeypatch.setattr(scratch_pool, "driver", lambda: FakeDriver([0], fail=fail))
+    scratch_pool.ensure.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match=f"could not be set to keep freed memory.*{fail}"):
+            assert scratch_pool.ensure() is None
+    finally:
+        scratch_pool.ensure.cache_clear()
 
 
 def test_an_empty_grid_launches_nothing_and_leaves_outputs_as_the_interpreter_does(stubs):

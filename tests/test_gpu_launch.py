@@ -147,3 +147,18 @@ def test_a_warp_specialized_gluon_kernel_runs_with_its_partitions_warps_and_scra
     np.testing.assert_array_equal(np.asarray(y), 2 * np.asarray(x))
     (compiled,) = [r for r in gpu_call._COMPILED.values() if r.name.startswith("double_rows_specialized")]
     assert compiled.num_warps > 4 and compiled.global_scratch_size > 0, compiled
+
+
+@pytest.mark.skipif(not _gluon_ready(), reason="Gluon kernels need Triton 3.9 (the test above covers older ones)")
+def test_a_launch_with_global_scratch_leaves_every_default_pool_keeping_freed_memory():
+    """jaxlib allocates a kernel's global scratch from the device's default pool at every launch; the launcher has
+    the pools keep what is freed (scratch_pool.py), else each launch maps memory anew (~0.2 ms of host time)."""
+    from tests.gluon_example import double_rows_specialized
+    from workbench import scratch_pool
+
+    x = jax.random.normal(jax.random.key(4), (256, 64), jnp.float32)
+    y = workbench.triton_call(x, 256, kernel=double_rows_specialized, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              grid=(4,), num_warps=4, R=64, C=64, NW=4)
+    np.testing.assert_array_equal(np.asarray(y), 2 * np.asarray(x))
+    thresholds = scratch_pool.release_thresholds(scratch_pool.driver())
+    assert thresholds and min(thresholds) >= scratch_pool.RELEASE_THRESHOLD, thresholds

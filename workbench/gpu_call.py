@@ -33,7 +33,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import cache, compiler, signature
+from . import cache, compiler, scratch_pool, signature
 from .kernel_hash import source_hash
 
 CUSTOM_CALL = "triton_kernel_call_ffi"  # jaxlib's typed-FFI handler of Triton kernel calls
@@ -277,6 +277,8 @@ def _kernel_call(args, out_shapes, kernel, grid, meta, zeroed_outputs, aliases, 
                               maxnreg=maxnreg)
     params = _parameters(lib, bound, result, _zeroed(bound, out_shapes, zeroed))
     call = lib.TritonKernelCall(_kernel(digest, result, num_ctas, cc), *dims, params)
+    if result.global_scratch_size:
+        scratch_pool.ensure()  # jaxlib allocates the scratch per launch from the default pool (scratch_pool.py)
     return call, result.global_scratch_size > 0, None
 
 
