@@ -6,7 +6,7 @@ A kernel that makes TMA descriptors on the device (Gluon's `tma.make_tensor_desc
 the kernel, from the device's default memory pool. That pool's release threshold is 0 unless someone sets it (CUDA
 driver API, `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`): at every synchronisation it hands what was freed back to the
 system, and the next allocation maps memory again. On an H200 (`data/bench/launch_overhead/20261128T2220-h200`)
-that made a launch of a one-block copy with scratch cost 241 µs of host time when issued back to back (360 µs for
+that made a launch of a small copy kernel with scratch cost 241 µs of host time when issued back to back (360 µs for
 a call and its wait) against 62 µs (89) for the same copy without, and our flash forward at a tiny shape 255 µs
 (406) against cuDNN's 89 (131); with the pool keeping freed memory, 50 (81) and 76 (120).
 
