@@ -4,11 +4,12 @@ A kernel that makes TMA descriptors on the device (Gluon's `tma.make_tensor_desc
 `tl.make_tensor_descriptor`; the Hopper flash kernels do) needs a global scratch buffer for each launch. jaxlib
 0.11's Triton launch (`_triton.so`) allocates it with `cuMemAllocAsync` on the launch's stream and frees it after
 the kernel, from the device's default memory pool. That pool's release threshold is 0 unless someone sets it (CUDA
-driver API, `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`): at every synchronisation it hands what was freed back to the
-system, and the next allocation maps memory again. On an H200 (`data/bench/launch_overhead/20261128T2220-h200`)
-that made a launch of a small copy kernel with scratch cost 241 µs of host time when issued back to back (360 µs for
-a call and its wait) against 62 µs (89) for the same copy without, and our flash forward at a tiny shape 255 µs
-(406) against cuDNN's 89 (131); with the pool keeping freed memory, 50 (81) and 76 (120).
+driver API, `CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`): it keeps nothing of what is freed, handing it back to the system at
+its next synchronisation, so an allocation after that has to obtain memory again. On an H200
+(`data/bench/launch_overhead/20261128T2220-h200`) a launch of a small copy kernel with scratch cost 241 µs of host
+time when issued back to back (360 µs for a call and its wait) against 62 µs (89) for the same copy without, and
+our flash forward at a tiny shape 255 µs (406) against cuDNN's 89 (131); with the pool keeping freed memory, 50
+(81) and 76 (120).
 
 `keep_freed_memory` raises the release threshold of every visible GPU's default pool to `RELEASE_THRESHOLD` bytes
 (a threshold already higher is left alone): the pool keeps up to that much between synchronisations instead of
