@@ -270,12 +270,17 @@ def test_the_custom_call_carries_the_kernel_call_and_maps_aliases_to_operands(st
     assert "opaque" in line
 
 
+def _lower_axpy():
+    """A jitted launch of `_axpy_even` on zeros, lowered (the stubs compile it; nothing runs)."""
+    x = jnp.zeros(N, jnp.bfloat16)
+    return jax.jit(lambda x: gpu_call.launch([x, 0.5, x, N], kernel=_axpy_even, out_shapes=[X], grid=(3,),
+                                             metaparams={"BLOCK": 16})).lower(x)
+
+
 def test_a_kernel_with_global_scratch_goes_to_the_handler_xla_keeps_out_of_cuda_graphs(stubs, monkeypatch):
     _, comp = stubs
     monkeypatch.setenv(cache.MODE_VAR, "off")  # compiled anew below, not loaded
-    x = jnp.zeros(N, jnp.bfloat16)
-    lower = lambda: jax.jit(lambda x: gpu_call.launch([x, 0.5, x, N], kernel=_axpy_even, out_shapes=[X],  # noqa: E731
-                                                      grid=(3,), metaparams={"BLOCK": 16})).lower(x).as_text()
+    lower = lambda: _lower_axpy().as_text()  # noqa: E731
     plain = lower()
     assert "@triton_kernel_call_ffi(" in plain and "opaque = " in plain
     comp.scratch = 256
@@ -288,14 +293,11 @@ def test_only_a_kernel_with_global_scratch_asks_for_the_pools_to_keep_freed_memo
     """jaxlib allocates a kernel's global scratch at every launch from the default pool (scratch_pool.py)."""
     lib, comp = stubs
     monkeypatch.setenv(cache.MODE_VAR, "off")
-    x = jnp.zeros(N, jnp.bfloat16)
-    lower = lambda: jax.jit(lambda x: gpu_call.launch([x, 0.5, x, N], kernel=_axpy_even, out_shapes=[X],  # noqa: E731
-                                                      grid=(3,), metaparams={"BLOCK": 16})).lower(x)
-    lower()
+    _lower_axpy()
     assert lib.pools_kept == []
     comp.scratch = 256
     gpu_call._COMPILED.clear()
-    lower()
+    _lower_axpy()
     assert lib.pools_kept == [1]
 
 

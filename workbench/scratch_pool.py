@@ -12,9 +12,9 @@ our flash forward at a tiny shape 255 µs (406) against cuDNN's 89 (131); with t
 (81) and 76 (120).
 
 `keep_freed_memory` raises the release threshold of every visible GPU's default pool to `RELEASE_THRESHOLD` bytes
-(a threshold already higher is left alone): the pool keeps up to that much between synchronisations instead of
-unmapping it, and the next launch's scratch comes from there. What it keeps is what was freed into the default
-pool, here a few hundred bytes per program of each launch. `gpu_call` calls `ensure()` (once per process) when it
+(a threshold already higher is left alone): the pool keeps up to that much of what is freed, and the next launch's
+scratch comes from there. What it keeps is what was freed into the default pool, here a few hundred bytes per
+program of each launch. `gpu_call` calls `ensure()` (once per process) when it
 builds a launch of a kernel with global scratch; a driver that refuses is a warning, not a failed launch: the
 kernels run the same, only slower to launch.
 """
@@ -84,6 +84,6 @@ def ensure() -> list[int] | None:
         return keep_freed_memory(driver())
     except OSError as error:  # also a missing libcuda
         warnings.warn(f"workbench: the GPUs' default memory pools could not be set to keep freed memory ({error}); "
-                      "each launch of a kernel with global scratch then maps its scratch anew (~0.2 ms of host time "
-                      "on an H200)", RuntimeWarning, stacklevel=2)
+                      "each launch of a kernel with global scratch then costs ~0.2 ms more host time (an H200's "
+                      "measure)", RuntimeWarning, stacklevel=2)
         return None
