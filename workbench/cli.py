@@ -96,6 +96,10 @@ def _bench_parser(subparsers) -> None:
                    help="with --timer copies: after each shape, N rounds of the kernel and the best peer timed one "
                         "after the other (the order reversed every round); the kernel's rows record the median "
                         "of the rounds' ratios (`paired`), free of the drift between two medians taken apart")
+    p.add_argument("--against", action="append", default=[], metavar="DIR",
+                   help="another checkout of workbench (the folder holding its workbench package), loaded into this "
+                        "process and timed as the peer workbench@<folder name> on the same inputs; with --paired the "
+                        "kernel is paired with it (repeatable)")
     p.add_argument("--settle", type=float, default=0.0, metavar="SECONDS",
                    help="run each timed program back to back this long before its samples (default 0): a GPU at "
                         "its power limit lowers its clocks within a second or two of sustained work, so short "
@@ -143,7 +147,8 @@ def _bench(args: argparse.Namespace, command: str) -> int:
     return _recorded(args.op, out, lambda stamp: bench.run(
         args.op, args.shapes, iters=args.iters, reps=args.reps, implementations=implementations, peers=args.peers,
         command=command, tokens=args.T, errors_from=args.errors_from, variants=variants, timer=args.timer,
-        paired=args.paired, settle=args.settle, progress=lambda partial: bench.write_partial(partial, out, stamp)), bench.table)
+        paired=args.paired, settle=args.settle, against=args.against,
+        progress=lambda partial: bench.write_partial(partial, out, stamp)), bench.table)
 
 
 def _data_parallel(args: argparse.Namespace, command: str) -> int:

@@ -9,6 +9,7 @@ interpreted, date, device {name, kind, platform, driver, peak_bytes_per_s}, vers
 autotune {mode, stats, chosen [{kernel, key, config, source}]: each autotuned kernel's config and its origin},
 shape_set, shapes, tokens (the --T filter or None), dtype, iters, reps, timer, paired (rounds; 0: none),
 settle_s (seconds of calls before each program's samples), implementations, peers [{peer, status, reason?}],
+against [{path, name, module, git}] (`--against`),
 limits {name: {max_T, why}}, error_sources, skipped [{shape, implementation, reason}], results`;
 each result has `shape, implementation, kind, pass, ms {median, min, p90}, timer, copies, bytes, gb_per_s,
 fraction_of_peak, flops, tflops_per_s (attention; None elsewhere), ratio_to_best_peer, error_source, errors
@@ -20,6 +21,7 @@ The package, one job per module:
     spec.py        OpBench, Peer, PeerCalls: what bench knows of an op and of a peer
     specs.py       one OpBench per op (shape sets, inputs, call, bytes, FLOPs, peers, variants, limits): OPS
     peers.py       the peer adapters (flash-linear-attention, ejkernel, cuDNN/XLA attention), each once
+    against.py     `--against DIR`: another checkout of workbench loaded into the run as a peer
     timing.py      timing a call on the device; the op's jitted forward and forward+backward
     machine.py     the device, versions and git state a record carries
     harness.py     one run: contenders, timings, errors, ratios

@@ -5,6 +5,7 @@ For every shape the harness times
 
     triton     the op with `implementation="triton"` under `jax.jit`;
     peers      other libraries' kernels for the same math (`--peers`, `peers.py`);
+               and other checkouts of workbench (`--against DIR`, `against.py`), as peers;
     variants   other static choices of the Triton path (`triton[<name>]` rows, never a peer);
     reference  the pure-JAX reference under `jax.jit`;
 
@@ -40,6 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import autotune, launch, testing
+from .against import describe
+from .against import peers as against_peers
 from .machine import device_info, git_state, versions
 from .peers import import_peer
 from .records import Refused
@@ -56,7 +59,7 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
         shapes: Sequence[Mapping[str, int]] | None = None, tokens: Sequence[int] | None = None,
         errors_from: str = "reference", progress: Callable[[dict[str, Any]], None] | None = None,
         variants: bool | Sequence[str] = True, timer: str = "calls", paired: int = 0,
-        settle: float = 0.0) -> dict[str, Any]:
+        settle: float = 0.0, against: Sequence[str] = ()) -> dict[str, Any]:
     """Time `op_name` over a shape set (or explicit `shapes`) and return the record (not written).
 
     tokens: only the shapes with these sequence lengths T (a long sweep in parts; recorded).
@@ -78,6 +81,9 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
     settle: seconds each timed program runs back to back before its samples (and the paired rounds before theirs;
       `timing.settle`): a GPU at its power limit samples at the clocks sustained work holds (recorded as
       `settle_s`).
+    against: folders of other checkouts of workbench, each loaded into this process and timed as the peer
+      `workbench@<folder name>` (`against.py`); with `paired`, the kernel is paired with the fastest of them
+      rather than with the fastest peer. The record's `against` lists each one's path and git state.
     progress: called with the record so far ("complete": False) after every timed contender, so a run
       cut short by a time limit still leaves what it measured (`workbench bench` writes it).
     """
@@ -93,7 +99,9 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
     bench = _Run(op_name, op, shape_set, shapes, tokens, iters, reps, implementations, errors_from, command, timer,
                  timed_variants=chosen_variants(op_name, variants) if "triton" in implementations else {},
                  paired=paired, settle=settle)
-    bench.load_peers(op.peers if peers else ())
+    others = against_peers(op, against)  # before the run starts: a wrong folder fails at once
+    bench.against = [describe(path) for path in against]
+    bench.load_peers((op.peers if peers else ()) + others)
     for i, shape in enumerate(shapes):
         inputs = op.inputs(shape, jnp.dtype(op.dtype), i)
         cotangents = testing.random_cotangents(1000 + i, jax.eval_shape(jax_calls(op, "reference", inputs, []).forward))
@@ -200,6 +208,7 @@ class _Run:
     device: dict[str, Any] = dataclasses.field(default_factory=device_info)
     t_start: float = dataclasses.field(default_factory=time.perf_counter)
     peer_status: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    against: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     active_peers: list[Peer] = dataclasses.field(default_factory=list)
     used_modules: list[str] = dataclasses.field(default_factory=list)
     results: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -314,6 +323,8 @@ class _Run:
         kernel = self.copies_of.pop("triton", None)
         for pass_ in ("forward", "forward_backward") if kernel is not None else ():
             peers = [r for r in self.shape_rows if r["pass"] == pass_ and r["implementation"] in self.copies_of]
+            others = {a["name"] for a in self.against}
+            peers = [r for r in peers if r["implementation"] in others] or peers  # --against: those first
             if not peers:
                 continue
             peer = min(peers, key=lambda r: r["ms"]["median"])["implementation"]
@@ -353,7 +364,8 @@ class _Run:
             "dtype": op.dtype, "iters": self.iters, "reps": self.reps, "timer": self.timer, "paired": self.paired,
             "settle_s": self.settle, "warmup": self.warmup, "implementations": list(self.implementations),
             "wrong_rms_rel": WRONG_RMS_REL[op.dtype], "variants": list(self.timed_variants),
-            "peers": self.peer_status, "limits": {n: {"max_T": t, "why": why} for n, (t, why) in op.max_T.items()},
+            "peers": self.peer_status, "against": self.against,
+            "limits": {n: {"max_T": t, "why": why} for n, (t, why) in op.max_T.items()},
             "error_sources": list(op.error_sources), "errors_from": self.errors_from, "skipped": self.skipped,
             **op.notes, "results": rows, "seconds": time.perf_counter() - self.t_start, "complete": complete,
         }

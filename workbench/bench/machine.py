@@ -39,8 +39,9 @@ def versions(extra: Sequence[str] = ()) -> dict[str, str]:
     return out
 
 
-def git_state() -> dict[str, Any]:
-    root = Path(__file__).resolve().parents[2]
+def git_state(root: Path | None = None) -> dict[str, Any]:
+    """{commit, dirty} of the git checkout at `root` (default this package's), {commit: None} outside one."""
+    root = Path(__file__).resolve().parents[2] if root is None else root
 
     def git(*args):
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=20)

@@ -56,7 +56,8 @@ class OpBench:
 
     shape_sets: name → shapes (dicts of dimension sizes); cpu_shape_sets: those the interpreter may run.
     inputs: `inputs(shape, dtype, seed)` → keyword arguments of the op; `differentiable` of them get gradients.
-    call: `call(implementation, **inputs, **options)` → tuple of outputs named `outputs`.
+    call: `call(implementation, **inputs, **options)` → tuple of outputs named `outputs`; the option `library`
+        is the workbench package whose op runs (default this one; another checkout's: `against`).
     bytes: `bytes(shape, dtype)` → (forward, forward+backward) bytes read and written once, estimated.
     flops: `flops(shape)` → (forward, forward+backward) matmul FLOPs, for compute-bound ops (attention).
     variants: other static choices of the Triton path, timed beside it when "triton" runs, as

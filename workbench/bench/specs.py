@@ -30,8 +30,9 @@ def _recurrent_inputs(shape, dtype, seed):
                                     initial_state=False)
 
 
-def _recurrent_call(implementation, q, k, v, gk, **options):
-    return workbench.recurrent(q, k, v, gk=gk, implementation=implementation, **options)  # looked up per call
+def _recurrent_call(implementation, q, k, v, gk, library=None, **options):
+    # workbench looked up per call; `library`: another checkout's package (bench/against.py)
+    return (library or workbench).recurrent(q, k, v, gk=gk, implementation=implementation, **options)
 
 
 def _recurrent_bytes(shape, dtype):
@@ -71,8 +72,9 @@ RECURRENT = OpBench(
 )
 
 
-def _chunk_gla_call(implementation, q, k, v, gk, **options):
-    return workbench.chunk_gla(q, k, v, gk=gk, implementation=implementation, **options)  # looked up per call
+def _chunk_gla_call(implementation, q, k, v, gk, library=None, **options):
+    # workbench looked up per call; `library`: another checkout's package (bench/against.py)
+    return (library or workbench).chunk_gla(q, k, v, gk=gk, implementation=implementation, **options)
 
 
 CHUNK_GLA = OpBench(
@@ -110,8 +112,9 @@ def chunk_kda_inputs(shape, dtype, seed):
     return kda_inputs(seed, B, T, H, K, V, dtype=dtype, strength=0.5, initial_state=False)
 
 
-def _chunk_kda_call(implementation, q, k, v, g, beta, **options):
-    return workbench.chunk_kda(q, k, v, g, beta, implementation=implementation, **options)  # looked up per call
+def _chunk_kda_call(implementation, q, k, v, g, beta, library=None, **options):
+    # workbench looked up per call; `library`: another checkout's package (bench/against.py)
+    return (library or workbench).chunk_kda(q, k, v, g, beta, implementation=implementation, **options)
 
 
 def _kda_bytes(shape, dtype):
@@ -170,8 +173,9 @@ def _attention_inputs(shape, dtype, seed):
     return dict(q=q, k=k, v=v, causal=bool(shape["causal"]))
 
 
-def _attention_call(implementation, q, k, v, causal, **options):
-    return (workbench.flash_attention(q, k, v, causal=causal, implementation=implementation, **options),)
+def _attention_call(implementation, q, k, v, causal, library=None, **options):
+    lib = library or workbench
+    return (lib.flash_attention(q, k, v, causal=causal, implementation=implementation, **options),)
 
 
 def _attention_bytes(shape, dtype):
