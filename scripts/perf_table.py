@@ -308,8 +308,8 @@ def first_call_docs_block(records: list[Record]) -> str:
         cold, cached = (fc["runs"][run].get("stats", {}) for run in ("cold", "cached"))
         shapes = "; ".join(dict.fromkeys(_shape_text(shape) for shape in record.data.get("shapes", [])))
         rel = f"data/bench/first_call/{record.path.name}"
-        table = cold.get("chosen_table", 0) + cold.get("chosen_table_nearest", 0)
-        read = sum(cached.get(k, 0) for k in ("chosen_disk", "chosen_table", "chosen_table_nearest"))
+        table = sum(n for k, n in cold.items() if k.startswith("chosen_table"))  # the sibling kind's too
+        read = cached.get("chosen_disk", 0) + sum(n for k, n in cached.items() if k.startswith("chosen_table"))
         out.append(f"| {record.op} | {record.device} | {_shape_set(record)} | {shapes} | {_date(record)} | "
                    f"{_mode(record)} | {fc['cold_s']:.1f} | {fc['cached_s']:.1f} | {fc['ratio']:.2f} | "
                    f"{cold.get('chosen_tuned', 0)} / {table} ({cold.get('chosen_table_nearest', 0)}) → {read} | "

@@ -7,6 +7,7 @@ import collections
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -662,6 +663,37 @@ def test_the_table_answers_before_anything_is_timed_and_the_cache_before_the_tab
     assert fresh.lookup(_key(), configs).config.kwargs["BV"] == 32
 
 
+def test_a_kind_without_an_answer_takes_its_siblings_and_its_own_answer_first(tmp_path):
+    """An H100 80GB HBM3 launch with no usable entry of its own takes the H200's (exact, else nearest) as
+    "table_sibling[_nearest]", and the other way round; its own entry, even a nearest one, wins; a kind
+    without a sibling gets nothing from another kind's file."""
+    from workbench import tuning_table
+
+    h100, h200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+    assert tuning_table.SIBLINGS[h100] == h200 and tuning_table.SIBLINGS[h200] == h100
+    configs = _configs()
+    near = {"H": 16, "K": {"shape": [4], "dtype": "f"}}
+    folder = tmp_path / "table"
+    tuning_table.Table(h200, [_entry(_key(device=h200), configs[2])]).write(folder)
+    tuning_table.Table(h100, [_entry(_key(device=h100, key_values=near), configs[0])]).write(folder)
+
+    stores = iter(range(100))
+
+    def chosen(device, table=folder, **kw):
+        book = autotune.Choices(autotune.Store(tmp_path / f"store-{next(stores)}"))  # nothing remembered
+        choice = book.from_table(_key(device=device, **kw), configs, table)
+        return None if choice is None else (configs.index(choice.config), choice.source)
+
+    assert chosen(h200) == (2, "table")
+    assert chosen(h100) == (0, "table_nearest")  # its own nearest entry before the sibling's exact one
+    assert chosen(h200, key_values=near) == (2, "table_nearest")
+    lone = tmp_path / "lone"  # the H200's file alone
+    tuning_table.Table(h200, [_entry(_key(device=h200), configs[2])]).write(lone)
+    assert chosen(h100, lone) == (2, "table_sibling")
+    assert chosen(h100, lone, key_values=near) == (2, "table_sibling_nearest")
+    assert chosen("NVIDIA A100-SXM4-80GB", lone) is None  # a kind without a sibling
+
+
 def test_a_table_for_another_source_is_ignored_with_one_warning(tmp_path):
     configs = _configs()
     folder = _table_dir(tmp_path, [_entry(_key(source="old"), configs[2])])
@@ -1002,23 +1034,43 @@ GRID = [(op, dtype, k) for op in ("recurrent", "chunk_gla", "chunk_kda") for dty
         for k in (64, 128, 256) if (op, dtype, k) != ("chunk_gla", "float32", 256)]  # that one does not run
 
 
+def _shipped_table(device):
+    """The package's table of a GPU kind with its sibling's, as the launcher reads them (`tuning_table.table_for`)."""
+    from workbench import tuning_table
+
+    return tuning_table.Table.load(device, sibling=tuning_table.Table.load(tuning_table.SIBLINGS[device]))
+
+
+def _served_by_sibling_in_readme() -> dict[str, set[str]]:
+    """workbench/tuning/README.md, "Served by the sibling kind": GPU kind → kernel names ("none": empty)."""
+    text = (Path(__file__).resolve().parents[1] / "workbench" / "tuning" / "README.md").read_text()
+    section = text.split("## Served by the sibling kind", 1)[1].split("\n## ", 1)[0]
+    out = {}
+    for kind, names in re.findall(r"^- `([^`]+)`: (.+)$", section, flags=re.M):
+        out[kind] = set() if names.strip() == "none" else {n.strip(" `.") for n in names.split(",")}
+    return out
+
+
 @pytest.mark.parametrize("device", ["NVIDIA H100 80GB HBM3", "NVIDIA H200"])
 def test_the_shipped_tables_cover_the_grid_of_dtypes_and_head_dims(device):
     """workbench/tuning/README.md's grid: on each GPU kind, every autotuned launch of each op's target shape
     (chunk_kda's `wide` set at K = 256) in bfloat16, float16 and float32 at K = V = 64, 128 and 256 is answered
-    by an entry made at that key ("table", not the nearest), chunk_gla in float32 at 256 excepted."""
-    from workbench import tuning_table
-
-    table = tuning_table.Table.load(device)
-    missing, answered = [], 0
+    by an entry made at that key, chunk_gla in float32 at 256 excepted: the kind's own ("table"), or for a kernel
+    the kind has not been tuned for since it changed, the sibling kind's ("table_sibling"). The kernels served so
+    are exactly those the README lists for the kind, so a kind's debt of tuning is written down, never silent."""
+    table = _shipped_table(device)
+    missing, by_sibling, answered = [], set(), 0
     for op_name, dtype, k in GRID:
         shape_set = "wide" if op_name == "chunk_kda" and k == 256 else "target"
         for kernel, _, found in _table_answers(table, op_name, shape_set, dtype, [k]):
             answered += 1
-            if found is None or found[1] != "table":
+            if found is None or found[1] not in ("table", "table_sibling"):
                 missing.append((op_name, dtype, k, kernel, found and found[1]))
+            elif found[1] == "table_sibling":
+                by_sibling.add(kernel)
     assert not missing, missing
     assert answered >= 3 * len(GRID), answered
+    assert by_sibling == _served_by_sibling_in_readme()[device], (device, sorted(by_sibling))
 
 
 @pytest.mark.parametrize("device,op_name", [(device, op) for device in ("NVIDIA H100 80GB HBM3", "NVIDIA H200")
@@ -1026,16 +1078,17 @@ def test_the_shipped_tables_cover_the_grid_of_dtypes_and_head_dims(device):
 def test_the_shipped_tables_serve_every_bench_launch_without_timing(device, op_name):
     """The GPU kind's table answers every autotuned launch of the op's bench shapes from an entry made at
     that key (`target`, `sweep` and chunk_kda's `wide`: "table") and every launch of `off_table` (T = 3000,
-    H = 12) from the nearest one: a first call there times nothing (`_table_answers`)."""
-    from workbench import tuning_table
+    H = 12) from the nearest one, its own or, for a kernel not tuned on it since it changed, the sibling kind's:
+    a first call there times nothing (`_table_answers`)."""
     from workbench.bench.specs import OPS
 
-    table = tuning_table.Table.load(device)
+    table = _shipped_table(device)
     sets = [("target", "table"), ("sweep", "table"), ("off_table", "table_nearest")]
     sets += [("wide", "table")] if "wide" in OPS[op_name].shape_sets else []
     for shape_set, want in sets:
         answers = collections.Counter()
         for kernel, key, found in _table_answers(table, op_name, shape_set, "bfloat16"):
             answers[found and found[1]] += 1
-            assert found is not None and found[1] == want, (shape_set, kernel, key, found)
+            assert found is not None and found[1] in (want, want.replace("table", "table_sibling", 1)), (
+                shape_set, kernel, key, found)
         assert sum(answers.values()) >= 2, answers

@@ -70,7 +70,8 @@ CONFIRM_MARGIN, CONFIRM_ROUNDS, CONFIRM_MAX = 0.10, 2, 6  # `Choices.tune`: the 
 
 STATS: collections.Counter = collections.Counter()
 """What this process did: configs `chosen_only` (one candidate), `chosen_memory`, `chosen_disk`,
-`chosen_table`, `chosen_table_nearest`, `tuned`, `chosen_first` (WORKBENCH_AUTOTUNE=off), `fallback`
+`chosen_table`, `chosen_table_nearest`, `chosen_table_sibling`, `chosen_table_sibling_nearest` (the sibling GPU
+kind's table: `tuning_table.SIBLINGS`), `tuned`, `chosen_first` (WORKBENCH_AUTOTUNE=off), `fallback`
 (jaxlib's autotuning). Compiled kernels are counted in `gpu_call.STATS`."""
 CHOSEN: dict[str, dict[str, Any]] = {}  # this process's choices by key (first seen): kernel, key values, config, source
 
@@ -132,7 +133,7 @@ def tuning_key(*, kernel: str, source: str, candidates: Sequence[Any], key_value
 @dataclasses.dataclass
 class Choice:
     config: Any
-    source: str  # "only" | "memory" | "disk" | "table" | "table_nearest" | "tuned"
+    source: str  # "only" | "memory" | "disk" | "table" | "table_nearest" | "table_sibling[_nearest]" | "tuned"
 
 
 class Choices:
@@ -169,7 +170,8 @@ class Choices:
     def from_table(self, key: Mapping[str, Any], candidates: Sequence[Any], folder: Path | None = None
                    ) -> Choice | None:
         """The shipped tuning table's choice for `key` (`tuning_table.Table.choose`: an exact entry, else the
-        nearest of the same kernel on the same device), remembered in this process; None when it has none."""
+        nearest of the same kernel on the same device, else the sibling GPU kind's), remembered in this process;
+        None when it has none."""
         from . import tuning_table  # here: tests load this file alone, without the package
 
         folder = Path(folder or table_folder())

@@ -15,7 +15,11 @@ the kernel's autotune `key=` values, its arrays' dtypes and presence, and the ch
 2. else the nearest entry of that kernel on that device: the same key values except the head counts and
    the launch's size in programs (`NEAREST`), which are nearest on a log scale (the sum of their
    |log ratio|s), and the same arrays;
-3. else nothing: the launcher times the candidates as before.
+3. else, on a GPU kind with a sibling (`SIBLINGS`: the same architecture and multiprocessor count), the
+   sibling table's answer by 1 and 2, as "table_sibling" or "table_sibling_nearest": a kernel changed since
+   its kind was last tuned (its entries there dropped) still launches untimed, with the choice made on
+   the sibling, until `workbench tune --write-table` on its own kind replaces it;
+4. else nothing: the launcher times the candidates as before.
 
 Among equally near entries, one tuned with the launch's own Triton release wins; an entry tuned with another
 release serves until the GPU kind is tuned on this one (the configs are the kernel's own, and the
@@ -39,6 +43,11 @@ from typing import Any
 FOLDER = Path(__file__).resolve().parent / "tuning"
 NEAREST = ("H", "HKV", "programs")  # key values that may differ between a launch and the entry serving it
 FIELDS = ("kernel", "source", "triton", "key", "arrays", "config")
+SIBLINGS = {"NVIDIA H100 80GB HBM3": "NVIDIA H200", "NVIDIA H200": "NVIDIA H100 80GB HBM3"}
+"""GPU kinds whose tables answer for each other where one has no entry for a kernel: both sm_90 with 132
+multiprocessors and the same caches, so a config is valid on both and the compiler makes the same kernel of it;
+they differ in memory bandwidth (3.35 against 4.8 TB/s). Tuned apart, their tables chose the same config for
+76 % of the keys both hold (docs/autotune.md, "Sibling GPU kinds")."""
 
 
 class TableWarning(UserWarning):
@@ -59,18 +68,20 @@ def entry_of(key: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any
 class Table:
     """The entries of one device kind, with the lookups of the module docstring."""
 
-    def __init__(self, device: str, entries: Iterable[Mapping[str, Any]] = ()):
+    def __init__(self, device: str, entries: Iterable[Mapping[str, Any]] = (), sibling: Table | None = None):
         self.device = device
         self.entries = [dict(e) for e in entries]
+        self.sibling = sibling  # asked where this table has no answer (`SIBLINGS`)
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
     @classmethod
-    def load(cls, device: str, folder: Path = FOLDER) -> Table:
-        """The table of `device` (empty without a file; a file that cannot be read: empty, one warning)."""
+    def load(cls, device: str, folder: Path = FOLDER, sibling: Table | None = None) -> Table:
+        """The table of `device` (empty without a file; a file that cannot be read: empty, one warning), asking
+        `sibling` where it has no answer."""
         path = device_file(device, folder)
         if not path.exists():
-            return cls(device)
+            return cls(device, sibling=sibling)
         try:
             entries = json.loads(path.read_text())
             if not isinstance(entries, list) or not all(isinstance(e, dict) and set(FIELDS) <= set(e)
@@ -78,11 +89,20 @@ class Table:
                 raise ValueError(f"expected a list of entries with fields {', '.join(FIELDS)}")
         except (OSError, ValueError) as exc:
             warnings.warn(f"workbench tuning table: ignoring {path}: {exc}", TableWarning, stacklevel=2)
-            return cls(device)
-        return cls(device, entries)
+            return cls(device, sibling=sibling)
+        return cls(device, entries, sibling=sibling)
 
     def choose(self, key: Mapping[str, Any], candidates: Sequence[Mapping[str, Any]]) -> tuple[int, str] | None:
-        """(index into `candidates`, "table" or "table_nearest") for the launch `key`, or None."""
+        """(index into `candidates`, "table" or "table_nearest") for the launch `key`; else the sibling's answer
+        ("table_sibling" or "table_sibling_nearest"); else None."""
+        found = self._own_choice(key, candidates)
+        if found is None and self.sibling is not None:
+            found = self.sibling._own_choice(key, candidates)
+            if found is not None:
+                found = (found[0], found[1].replace("table", "table_sibling", 1))
+        return found
+
+    def _own_choice(self, key: Mapping[str, Any], candidates: Sequence[Mapping[str, Any]]) -> tuple[int, str] | None:
         same_kernel = [e for e in self.entries if e["kernel"] == key["kernel"]]
         current = [e for e in same_kernel if e["source"] == key["source"]]
         if same_kernel and not current:
@@ -91,7 +111,7 @@ class Table:
                 self._warned.add(key["kernel"])
             if first:
                 warnings.warn(f"workbench tuning table: the {self.device} entries of {key['kernel']} were made for "
-                              "another kernel source; ignored (the configs are timed)", TableWarning, stacklevel=3)
+                              "another kernel source; ignored", TableWarning, stacklevel=4)
             return None
         fields = [dict(c) for c in candidates]
         triton = key["versions"].get("triton")
@@ -146,11 +166,12 @@ _TABLES_LOCK = threading.Lock()
 
 
 def table_for(device: str, folder: Path = FOLDER) -> Table:
-    """The process-wide table of a device kind."""
+    """The process-wide table of a device kind, with its sibling's (`SIBLINGS`) to answer where it has none."""
     with _TABLES_LOCK:
         key = (device, str(folder))
         if key not in _TABLES:
-            _TABLES[key] = Table.load(device, folder)
+            sibling = Table.load(SIBLINGS[device], folder) if device in SIBLINGS else None
+            _TABLES[key] = Table.load(device, folder, sibling=sibling)
         return _TABLES[key]
 
 
