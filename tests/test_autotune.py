@@ -1017,7 +1017,8 @@ def _table_answers(table, op_name: str, shape_set: str, dtype: str, head_dims=()
     with launch.observing(seen.append):
         for shape in shapes_of(op_name, [shape_set], head_dims):
             OPS[op_name].trace(shape, dtype)
-    sources = {e["kernel"]: e["source"] for e in table.entries}
+    sibling = table.sibling.entries if table.sibling is not None else []
+    sources = {e["kernel"]: e["source"] for e in [*sibling, *table.entries]}  # its own kind's first
     out = []
     for launched in seen:
         if not isinstance(launched.kernel, Autotuner):
