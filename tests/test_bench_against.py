@@ -82,3 +82,11 @@ def test_a_folder_without_workbench_or_this_checkout_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"--against: two checkouts with one folder name"):
         bench.run("recurrent", "tiny", iters=1, implementations=["triton"], variants=False,
                   against=[str(tmp_path / "a" / "same"), str(tmp_path / "b" / "same")])
+
+
+@pytest.mark.parametrize("mode", [["--first-call"], ["--data-parallel"], ["--op", "ring_attention"]])
+def test_against_in_a_mode_without_peers_is_refused(tmp_path, mode, capsys):
+    argv = ["bench", "--op", "recurrent", *mode, "--shapes", "tiny", "--against", str(tmp_path)]
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    assert "--against: times another checkout" in capsys.readouterr().err

@@ -132,6 +132,11 @@ def _bench_parser(subparsers) -> None:
 
 
 def _bench(args: argparse.Namespace, command: str) -> int:
+    other_mode = ("--first-call" if args.first_call else "--data-parallel" if args.data_parallel
+                  else "--op ring_attention" if args.op == "ring_attention" else None)
+    if args.against and other_mode:
+        raise ValueError(f"--against: times another checkout beside the op's kernel in a plain run; {other_mode} "
+                         f"has no peers (got --against {' '.join(args.against)})")
     if args.first_call:
         return _first_call(args, command)
     if args.data_parallel:
