@@ -1,7 +1,8 @@
 """`workbench bench --against DIR`: another checkout of workbench timed beside this one, in the same process.
 
 Two versions of a kernel compared in two runs carry the GPU's drift between the runs: on an H200 the same
-program's median moved by up to 30 % from one process to the next (data/bench/chunk_gla_next/20261129T0254-h200),
+program's median moved by up to 39 % from one process to the next (1.849 against 1.331 ms: chunk_gla's forward at
+B1 T64k, two processes of one call: data/bench/chunk_gla_next/20261129T0254-h200),
 more than most changes to a kernel are worth. Loaded into this process, the other checkout's op is one more
 peer of the run: timed on the same inputs, its errors checked like every row's, and with `--paired N` timed
 round by round beside this checkout's kernel.
