@@ -72,12 +72,11 @@ def peers(op: OpBench, paths: Sequence[str | Path]) -> tuple[Peer, ...]:
     names = [label(p) for p in paths]
     if len(set(names)) != len(names):
         raise ValueError(f"--against: two checkouts with one folder name would share a row name: {list(paths)}")
-    return tuple(Peer(label(p), load(p), _setup(op, load(p)), needs_cuda=False, runtime="jax", interpretable=True)
-                 for p in paths)
+    return tuple(_peer(op, name, load(p)) for name, p in zip(names, paths))
 
 
-def _setup(op: OpBench, module: str):
+def _peer(op: OpBench, name: str, module: str) -> Peer:
     def setup(inputs: Mapping[str, jax.Array], cotangents: Sequence[jax.Array]) -> PeerCalls:
         return jax_calls(op, "triton", inputs, cotangents, library=sys.modules[module])
 
-    return setup
+    return Peer(name, module, setup, needs_cuda=False, runtime="jax", interpretable=True)
