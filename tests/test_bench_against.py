@@ -1,7 +1,9 @@
 """`workbench bench --against DIR`: another checkout of workbench loaded into the run as a peer (bench/against.py)."""
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -90,3 +92,50 @@ def test_against_in_a_mode_without_peers_is_refused(tmp_path, mode, capsys):
     with pytest.raises(SystemExit):
         cli.main(argv)
     assert "--against: times another checkout" in capsys.readouterr().err
+
+
+HASHES = """
+import importlib, json, sys
+import workbench  # first: WORKBENCH_INTERPRET=0 keeps Triton compiled, as on a GPU (no GPU is needed to hash)
+from workbench.bench import against
+from workbench.chunk_gla import kernels
+from workbench.kernel_hash import package_module_name, source_hash
+
+
+def jitted(module, name):  # the jitted function under the autotuner and heuristics, as the launcher keys it
+    fn = getattr(module, name)
+    while not hasattr(fn, "src"):
+        fn = fn.fn
+    return fn
+
+
+names = ("chunk_o_kernel", "chunk_a_kernel")
+found = {"ours": [source_hash(jitted(kernels, n)) for n in names]}
+for folder in sys.argv[1:]:
+    theirs = importlib.import_module(against.load(folder) + ".chunk_gla.kernels")
+    assert theirs.__name__ != kernels.__name__ and theirs.chunk_o_kernel is not kernels.chunk_o_kernel
+    assert package_module_name(theirs.__name__) == kernels.__name__ == package_module_name(kernels.__name__)
+    found[folder] = [source_hash(jitted(theirs, n)) for n in names]
+print(json.dumps(found))
+"""
+
+
+def test_the_other_checkouts_unchanged_kernels_hash_as_ours_and_find_the_tables_entries(tmp_path):
+    """Its kernels live in modules named `workbench_against_<hash>...`; hashed under that name they would miss
+    every tuning-table entry and run untuned, timing the table's absence rather than the code (an identical
+    copy read 0.77x ours at B1 T64k on an H200 so, 2026-11-29). A kernel it changed must still hash apart."""
+    same = _checkout(tmp_path / "same")
+    edited = _checkout(tmp_path / "edited")
+    path = edited / "workbench" / "chunk_gla" / "kernels.py"
+    path.write_text(path.read_text().replace("def chunk_o_kernel(", "def chunk_o_kernel(  # edited\n", 1))
+    env = {**os.environ, "WORKBENCH_INTERPRET": "0", "TRITON_INTERPRET": "0"}
+    result = subprocess.run([sys.executable, "-c", HASHES, str(same), str(edited)], env=env, capture_output=True,
+                            text=True, cwd=PACKAGE.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    (o_ours, a_ours), (o_same, a_same), (o_edited, a_edited) = found["ours"], found[str(same)], found[str(edited)]
+    shipped = {e["source"] for e in json.loads((PACKAGE / "tuning" / "NVIDIA_H200.json").read_text())
+               if e["kernel"] == "chunk_o_kernel"}
+    assert o_ours in shipped  # the entries an unchanged copy must find
+    assert (o_same, a_same) == (o_ours, a_ours)
+    assert o_edited != o_ours and a_edited == a_ours  # only the kernel it changed hashes apart

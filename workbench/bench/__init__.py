@@ -9,7 +9,7 @@ interpreted, date, device {name, kind, platform, driver, peak_bytes_per_s}, vers
 autotune {mode, stats, chosen [{kernel, key, config, source}]: each autotuned kernel's config and its origin},
 shape_set, shapes, tokens (the --T filter or None), dtype, iters, reps, timer, paired (rounds; 0: none),
 settle_s (seconds of calls before each program's samples), implementations, peers [{peer, status, reason?}],
-against [{path, name, module, git}] (`--against`),
+against [{path, name, module, git, autotune}] (`--against`; autotune as above, of that checkout),
 limits {name: {max_T, why}}, error_sources, skipped [{shape, implementation, reason}], results`;
 each result has `shape, implementation, kind, pass, ms {median, min, p90}, timer, copies, bytes, gb_per_s,
 fraction_of_peak, flops, tflops_per_s (attention; None elsewhere), ratio_to_best_peer, error_source, errors

@@ -28,6 +28,7 @@ test, the record marked `"interpreted": true`); others are refused (`Refused`).
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import math
 import statistics
@@ -357,18 +358,33 @@ class _Run:
             "versions": versions(sorted(set(self.used_modules))), "git": git_state(),
             # how the kernels' configs were chosen: WORKBENCH_AUTOTUNE, what autotune did in this process, and
             # each autotuned kernel's config by key (where it came from: table, tuned, disk, ...)
-            "autotune": {"mode": autotune.mode(), "stats": dict(autotune.STATS),
-                         "chosen": sorted(autotune.CHOSEN.values(), key=lambda c: json.dumps(c, sort_keys=True))},
+            "autotune": autotune_summary(autotune.__name__),
             "shape_set": self.shape_set, "shapes": [dict(s) for s in self.shapes],
             "tokens": None if self.tokens is None else list(self.tokens),
             "dtype": op.dtype, "iters": self.iters, "reps": self.reps, "timer": self.timer, "paired": self.paired,
             "settle_s": self.settle, "warmup": self.warmup, "implementations": list(self.implementations),
             "wrong_rms_rel": WRONG_RMS_REL[op.dtype], "variants": list(self.timed_variants),
-            "peers": self.peer_status, "against": self.against,
+            "peers": self.peer_status,
+            # each other checkout with its own autotune's choices: a kernel of it that missed the table shows here
+            "against": [{**a, "autotune": autotune_summary(a["module"] + ".autotune")} for a in self.against],
             "limits": {n: {"max_T": t, "why": why} for n, (t, why) in op.max_T.items()},
             "error_sources": list(op.error_sources), "errors_from": self.errors_from, "skipped": self.skipped,
             **op.notes, "results": rows, "seconds": time.perf_counter() - self.t_start, "complete": complete,
         }
+
+
+def autotune_summary(name: str) -> dict[str, Any] | None:
+    """What a workbench package's `autotune` module (by its import name) did in this process: WORKBENCH_AUTOTUNE, its counters, and
+    each autotuned kernel's config by key with where it came from (table, tuned, disk, ...); None for a package
+    whose autotune keeps none of these (an old checkout timed with `--against`)."""
+    try:
+        module = importlib.import_module(name)
+    except ImportError:
+        return None
+    if not all(hasattr(module, n) for n in ("mode", "STATS", "CHOSEN")):
+        return None
+    return {"mode": module.mode(), "stats": dict(module.STATS),
+            "chosen": sorted(module.CHOSEN.values(), key=lambda c: json.dumps(c, sort_keys=True))}
 
 
 def _finish(shape_rows, outputs_of, errors_from, op, bound, device):
