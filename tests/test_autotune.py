@@ -827,6 +827,31 @@ def test_the_table_builder_merges_the_shapes_that_ran_and_names_those_that_did_n
     assert autotune.REFRESH_VAR not in os.environ  # put back
 
 
+def test_the_table_builder_keeps_the_shapes_it_finished_when_stopped(tmp_path, monkeypatch):
+    """A tune stopped part way (here an interrupt in its third shape; on a GPU machine, a time limit) has already
+    merged the choices of the shapes it finished into the device's file: one process can take every dtype and
+    head dimension without risking them all (2026-11-29: six runs cut at 80 s each wrote nothing)."""
+    from workbench.bench import tune
+
+    def run_once(op, shape, dtype, seed):
+        if shape["K"] == 128:
+            raise KeyboardInterrupt
+        store = autotune.Store(autotune.cache_dir() / "autotune")
+        autotune.Choices(store).tune(_key(key_values={"H": shape["H"], "K": shape["K"]}), _configs(),
+                                     Timer({16: 2.0, 32: 1.0, 64: 3.0}))
+
+    monkeypatch.setattr(tune.launch, "INTERPRET", False)
+    monkeypatch.setattr(tune, "_run_once", run_once)
+    monkeypatch.setenv(autotune.CACHE_VAR, str(tmp_path / "user"))
+    folder = tmp_path / "table"
+    with pytest.raises(KeyboardInterrupt):
+        tune.write_table(["recurrent"], ["target"], head_dims=[32, 64, 128, 256], folder=folder)
+    (path,) = folder.glob("*.json")
+    entries = json.loads(path.read_text())
+    assert sorted(e["key"]["K"] for e in entries) == [32, 64]  # the two shapes before the interrupt
+    assert {e["config"]["kwargs"]["BV"] for e in entries} == {32}
+
+
 def test_the_default_mode_launches_the_table_config_untimed(cache_dir, tmp_path, monkeypatch):
     """Through `autotune.call` (stub launcher and timer): the default mode takes the table's config without
     timing; WORKBENCH_AUTOTUNE=on times the candidates as before."""

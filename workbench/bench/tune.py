@@ -7,8 +7,9 @@ Each op's Triton forward and forward+backward run once per shape under `WORKBENC
 fresh temporary autotune cache, so every kernel they launch is timed over its candidates (`autotune.call`);
 the compiled kernels stay shared with the user's cache (`choices_only_cache`: a compile does not depend on
 timing, so tuning processes run side by side beforehand, or an earlier run, leave nothing to compile again).
-The temporary cache's entries then become table entries, merged into the device's file (an entry of the same kernel,
-source, Triton version, key values and arrays is replaced). Shapes: the op's shape sets named, each at the
+The temporary cache's entries become table entries, merged into the device's file after each shape (an entry of
+the same kernel, source, Triton version, key values and arrays is replaced): a run stopped by a time limit keeps
+the shapes it finished, so one process can take every dtype and head dimension. Shapes: the op's shape sets named, each at the
 dtypes and head dimensions asked for (a head dimension replaces K and V, or D). The table is reviewed like
 code: commit the file.
 """
@@ -62,7 +63,7 @@ def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequen
                 head_dims: Sequence[int] = (), kernels: Sequence[str] = (), folder: Path = tuning_table.FOLDER) -> Path:
     """Tune, then merge into this device's table file; returns its path. `kernels`: only these are timed again
     (`WORKBENCH_AUTOTUNE_REFRESH`); the others take the table's choices (timed only where it has none). A name
-    that none of the runs launched is a ValueError after the run (nothing is written)."""
+    that none of the runs launched is a ValueError after the run (the choices made are merged, shape by shape)."""
     if launch.INTERPRET:
         raise Refused("no CUDA GPU: the interpreter times nothing, and a table is a GPU's choices")
     unknown = sorted(set(ops) - set(OPS))
@@ -89,6 +90,8 @@ def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequen
                             say(f"[{time.perf_counter() - start:7.1f} s] {where}: FAILED ({failed[-1]})")
                             continue
                         say(f"[{time.perf_counter() - start:7.1f} s] {where}: tuned")
+                        # merged now: a process stopped later (a time limit) keeps the shapes it finished
+                        path, table = _merge(device, folder, Path(cache) / "autotune")
         finally:
             for name, value in saved.items():
                 if value is None:
@@ -99,15 +102,21 @@ def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequen
         unseen = sorted(set(kernels) - {e["kernel"] for e in entries})
         if unseen:
             raise ValueError(f"--kernels: {', '.join(unseen)} not timed by any run of {', '.join(ops)} "
-                             f"(timed: {', '.join(sorted({e['kernel'] for e in entries})) or 'none'}); nothing written")
+                             f"(timed: {', '.join(sorted({e['kernel'] for e in entries})) or 'none'}; their choices "
+                             f"are merged into the table as each shape finished)")
         for line in losers(Path(cache) / "autotune"):
             say(f"tune: {line}")
-    table = tuning_table.Table.load(device, folder).merged(entries)
-    path = table.write(folder)
+        path, table = _merge(device, folder, Path(cache) / "autotune")
     say(f"{len(entries)} choices of {device} merged into {path} ({len(table.entries)} entries)")
     if failed:
         raise ShapesFailed(path, failed)
     return path
+
+
+def _merge(device: str, folder: Path, store: Path) -> tuple[Path, tuning_table.Table]:
+    """The choices in the autotune `store` so far merged into the device's table file in `folder`."""
+    table = tuning_table.Table.load(device, folder).merged(tuning_table.entries_from_store(store))
+    return table.write(folder), table
 
 
 def losers(folder: Path) -> list[str]:
