@@ -395,7 +395,9 @@ def test_a_corrupt_entry_is_tuned_again_and_replaced(tmp_path):
 
 class Launcher:
     """Stubs of `gpu_call.launch` (calling the object) and `gpu_call.launch_autotuned` (its `autotuned`):
-    each records its launches; outputs are zeros."""
+    each records its launches; outputs are zeros, traced under `jax.jit` as a real launch's are (a host
+    callback): a kernel's output that a later kernel takes as an integer input has no concrete value to tune
+    on there, as on the GPU."""
 
     def __init__(self):
         self.launches = []
@@ -403,11 +405,16 @@ class Launcher:
     def __call__(self, args, *, kernel, out_shapes, num_warps=None, num_stages=None, num_ctas=1, metaparams, **rest):
         self.launches.append(dict(args=args, kernel=kernel, num_warps=num_warps, num_stages=num_stages,
                                   num_ctas=num_ctas, meta=metaparams))
-        return [np.zeros(s.shape, s.dtype) for s in out_shapes]
+        return _zeros(out_shapes)
 
     def autotuned(self, args, *, configs, kernel, out_shapes, metaparams, **rest):
         self.launches.append(dict(args=args, kernel=kernel, configs=list(configs), meta=metaparams))
-        return [np.zeros(s.shape, s.dtype) for s in out_shapes]
+        return _zeros(out_shapes)
+
+
+def _zeros(out_shapes):
+    shapes = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in out_shapes]
+    return list(jax.pure_callback(lambda: [np.zeros(s.shape, s.dtype) for s in shapes], shapes))
 
 
 def _gpu_call(args, launcher, timer=None, **kw):
