@@ -81,14 +81,16 @@ class Record:
 
 
 def load(bench_dir: Path) -> list[Record]:
-    """Every compiled record in `bench_dir` (`*.json` only: `.json.partial` is a run in progress). A record
-    that was cut short (`complete: false`) is kept for the sweep shapes it timed in full, never for a
+    """Every compiled record in `bench_dir` (`*.json` only: `.json.partial` is a run in progress) but those
+    timed `--against` another checkout of workbench (its peer is our own code). A record that was cut short (`complete: false`) is kept for the sweep shapes it timed in full, never for a
     target row."""
     records = []
     for path in sorted(bench_dir.glob("*.json")):
         data = json.loads(path.read_text())
         if data.get("interpreted") or "results" not in data:
             continue  # a CPU smoke run, or the first recurrent records (before the harness)
+        if data.get("against"):
+            continue  # `--against`: our code against another checkout of it, not against a peer
         records.append(Record(path, data))
     return records
 

@@ -268,8 +268,8 @@ def _record(op, date, *, ours, peer, reps=10, complete=None, shape_set="target",
 
 def test_perf_table_picks_the_latest_complete_device_timed_record(tmp_path):
     """Device-timed: several calls per sample, or copies of the call in one program (`--timer copies`, one
-    call per sample of a program that holds them); a later record timed one call per sample, or cut short,
-    does not speak for the op."""
+    call per sample of a program that holds them); a later record timed one call per sample, cut short, or
+    timed against another checkout of workbench, does not speak for the op."""
     bench = tmp_path / "bench"
     bench.mkdir()
     records = {
@@ -280,6 +280,9 @@ def test_perf_table_picks_the_latest_complete_device_timed_record(tmp_path):
         "newop-20260103T000000Z": _record("newop", "2026-01-03T00:00:00", ours=(9.0, 9.0), peer=(1.0, 1.0), reps=1),
         "newop-20260104T000000Z": _record("newop", "2026-01-04T00:00:00", ours=(7.0, 7.0), peer=(1.0, 1.0),
                                           complete=False),
+        # `--against`: another checkout of workbench as the peer, an A/B of our own code, not a peer comparison
+        "newop-20260105T000000Z": {**_record("newop", "2026-01-05T00:00:00", ours=(5.0, 5.0), peer=(5.0, 5.0)),
+                                   "against": [{"path": "/elsewhere/main", "name": "workbench@main"}]},
     }
     for name, record in records.items():
         (bench / f"{name}.json").write_text(json.dumps(record))
