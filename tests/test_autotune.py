@@ -798,6 +798,13 @@ def test_the_table_builder_takes_each_shape_once_at_the_head_dims_asked_for():
     assert {s["D"] for s in tune.shapes_of("flash_attention", ["target"], [64, 256])} == {64, 256}
     with pytest.raises(ValueError, match="--shapes: recurrent has no shape set 'nope'"):
         tune.shapes_of("recurrent", ["nope"])
+    sweep = specs.OPS["chunk_gla"].shape_sets["sweep"]
+    longest = max(s["T"] for s in sweep)
+    assert tune.shapes_of("chunk_gla", ["target", "sweep"], tokens=[longest]) == [
+        s for s in sweep if s["T"] == longest]  # --T: the target's T is not the longest
+    assert len(tune.shapes_of("chunk_gla", ["target", "sweep"], [64, 128], tokens=[longest])) == 2
+    with pytest.raises(ValueError, match=r"--T: chunk_gla's sets sweep have no shape with T in \[7\]"):
+        tune.shapes_of("chunk_gla", ["sweep"], tokens=[7])
 
 
 def test_the_table_builder_merges_the_shapes_that_ran_and_names_those_that_did_not(tmp_path, monkeypatch, capsys):

@@ -211,6 +211,8 @@ def _tune_parser(subparsers) -> None:
     p.add_argument("--kernels", default="", metavar="LIST",
                    help="comma list of kernel names to time again (default all); the others take the table's "
                         "choices, as after a change to those kernels alone")
+    p.add_argument("--T", type=_int_list, metavar="LIST",
+                   help="only the sets' shapes with these sequence lengths, a comma list (e.g. 65536)")
     p.add_argument("--folder", type=Path, metavar="DIR", help="table folder (default the package's workbench/tuning)")
     p.set_defaults(run=_tune)
 
@@ -221,7 +223,7 @@ def _tune(args: argparse.Namespace, command: str) -> int:
     try:
         path = tune.write_table(args.op or list(bench.OPS), [s for s in args.shapes.split(",") if s],
                                 dtypes=[d for d in args.dtypes.split(",") if d], head_dims=args.head_dims,
-                                kernels=[k for k in args.kernels.split(",") if k],
+                                kernels=[k for k in args.kernels.split(",") if k], tokens=args.T,
                                 **({"folder": args.folder} if args.folder else {}))
     except bench.Refused as exc:
         print(f"workbench tune: refused: {exc}", file=sys.stderr)

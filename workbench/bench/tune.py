@@ -32,18 +32,26 @@ from .specs import OPS
 from .timing import jax_calls, say
 
 
-def shapes_of(op_name: str, shape_sets: Sequence[str], head_dims: Sequence[int] = ()) -> list[dict[str, int]]:
-    """The shapes of the named sets, each at every head dimension in `head_dims` (K = V, or D) instead of its
-    own (its own when `head_dims` is empty); each shape once."""
+def shapes_of(op_name: str, shape_sets: Sequence[str], head_dims: Sequence[int] = (),
+              tokens: Sequence[int] | None = None) -> list[dict[str, int]]:
+    """The shapes of the named sets (only those with a sequence length T in `tokens`, when given), each at
+    every head dimension in `head_dims` (K = V, or D) instead of its own (its own when `head_dims` is empty);
+    each shape once. A `tokens` that leaves no shape is a ValueError."""
     op = OPS[op_name]
     out: list[dict[str, int]] = []
     for name in shape_sets:
         if name not in op.shape_sets:
             raise ValueError(f"--shapes: {op_name} has no shape set {name!r}; known: {', '.join(op.shape_sets)}")
         for shape in op.shape_sets[name]:
+            if tokens is not None and shape.get("T") not in tokens:
+                continue
             variants = ([{**shape, **({"D": d} if "D" in shape else {"K": d, "V": d})} for d in head_dims]
                         or [dict(shape)])
             out += [s for i, s in enumerate(variants) if s not in out and s not in variants[:i]]
+    if not out:
+        known = sorted({sh.get("T") for n in shape_sets for sh in op.shape_sets[n]})
+        raise ValueError(f"--T: {op_name}'s sets {', '.join(shape_sets)} have no shape with T in {list(tokens)}; "
+                         f"their T: {known}")
     return out
 
 
@@ -60,15 +68,18 @@ def choices_only_cache(fresh: Path, shared: Path) -> Path:
 
 
 def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequence[str] = (),
-                head_dims: Sequence[int] = (), kernels: Sequence[str] = (), folder: Path = tuning_table.FOLDER) -> Path:
+                head_dims: Sequence[int] = (), kernels: Sequence[str] = (), tokens: Sequence[int] | None = None,
+                folder: Path = tuning_table.FOLDER) -> Path:
     """Tune, then merge into this device's table file; returns its path. `kernels`: only these are timed again
-    (`WORKBENCH_AUTOTUNE_REFRESH`); the others take the table's choices (timed only where it has none). A name
+    (`WORKBENCH_AUTOTUNE_REFRESH`); the others take the table's choices (timed only where it has none). `tokens`:
+    only the shapes with these sequence lengths (`--T`; checked before anything runs). A name
     that none of the runs launched is a ValueError after the run (the choices made are merged, shape by shape)."""
     if launch.INTERPRET:
         raise Refused("no CUDA GPU: the interpreter times nothing, and a table is a GPU's choices")
     unknown = sorted(set(ops) - set(OPS))
     if unknown:
         raise ValueError(f"--op: unknown op(s) {', '.join(unknown)}; known: {', '.join(OPS)}")
+    plan = {op_name: shapes_of(op_name, shape_sets, head_dims, tokens) for op_name in ops}  # bad sets fail here
     device = jax.devices()[0].device_kind
     start = time.perf_counter()
     failed: list[str] = []
@@ -81,7 +92,7 @@ def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequen
             for op_name in ops:
                 op = OPS[op_name]
                 for dtype in dtypes or (op.dtype,):
-                    for i, shape in enumerate(shapes_of(op_name, shape_sets, head_dims)):
+                    for i, shape in enumerate(plan[op_name]):
                         where = f"{op_name} {dtype} {' '.join(f'{k}={v}' for k, v in shape.items())}"
                         try:
                             _run_once(op, shape, dtype, i)
