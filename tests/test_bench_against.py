@@ -139,3 +139,32 @@ def test_the_other_checkouts_unchanged_kernels_hash_as_ours_and_find_the_tables_
     assert o_ours in shipped  # the entries an unchanged copy must find
     assert (o_same, a_same) == (o_ours, a_ours)
     assert o_edited != o_ours and a_edited == a_ours  # only the kernel it changed hashes apart
+
+
+def test_the_table_says_where_each_checkouts_configs_came_from():
+    """On a GPU the printed table names each checkout's config sources and warns when any did not come from the
+    tuning table — the two ways a paired ratio measured tuning rather than code on 2026-11-29 (a copy whose
+    kernels missed the table; choices a refresh run had left in the machine's cache)."""
+    from workbench.bench.table import table
+
+    def chosen(*sources):
+        return {"mode": "table", "stats": {}, "chosen": [{"kernel": f"k{i}", "key": {}, "config": {}, "source": s}
+                                                         for i, s in enumerate(sources)]}
+
+    record = {"op": "chunk_gla", "shape_set": "target", "dtype": "bfloat16", "iters": 1, "warmup": 1,
+              "interpreted": False, "device": {"kind": "NVIDIA H200", "platform": "gpu"}, "results": [],
+              "peers": [], "autotune": chosen("table", "table", "table_sibling"),
+              "against": [{"name": "workbench@main", "autotune": chosen("table", "table_nearest")}]}
+    text = table(record)
+    assert "configs: triton 2 table, 1 table_sibling; workbench@main 1 table, 1 table_nearest" in text
+    assert "note:" not in text
+    record["against"][0]["autotune"] = chosen("table", "tuned")
+    record["autotune"] = chosen("disk")
+    note = [line for line in table(record).splitlines() if line.startswith("note:")]
+    assert note == ["note: not every config of triton, workbench@main came from the tuning table: the paired "
+                    "ratios compare tuning as well as code"]
+    record["interpreted"] = True  # the interpreter chooses no configs: nothing to say
+    assert "configs:" not in table(record)
+    del record["against"]
+    record["interpreted"] = False
+    assert "configs:" not in table(record)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,6 +62,7 @@ def table(record: Mapping[str, Any]) -> str:
                        f"{'fwd' if r['pass'] == 'forward' else 'fwd+bwd'} {r['implementation']} / {pr['peer']} = "
                        f"{pr['ratio']:.3f} (rounds {pr['ratio_min']:.3f}-{pr['ratio_max']:.3f}, {pr['rounds']} rounds; "
                        f"medians {pr['ms']:.3f} / {pr['peer_ms']:.3f} ms)")
+    out += _config_sources(record)
     for p in record["peers"]:
         if p["status"] != "measured":
             out.append(f"peer {p['peer']}: {p['status']}" + (f" ({p['reason']})" if p.get("reason") else ""))
@@ -82,3 +84,29 @@ def table(record: Mapping[str, Any]) -> str:
                   if record.get("timer") == "copies" else "")
                + (" — INTERPRETED: timings meaningless" if record["interpreted"] else ""))
     return "\n".join(out)
+
+
+# config sources that do not depend on this machine's timing: the shipped table, a kernel with one candidate, and
+# a choice this process already made (its first source is what the record keeps); "tuned" and "disk" do
+TABLE_SOURCES = ("table", "table_nearest", "table_sibling", "table_sibling_nearest", "only", "memory")
+
+
+def _config_sources(record: Mapping[str, Any]) -> list[str]:
+    """With `--against` on a GPU: where each checkout's kernel configs came from, and a note when any did not
+    come from the shipped table (timed at the first call, or an earlier run's choice in this machine's cache):
+    the paired ratio then compares tuning as well as code."""
+    if not record.get("against") or record.get("interpreted"):
+        return []
+
+    def counted(autotune):
+        sources = collections.Counter(c["source"] for c in (autotune or {}).get("chosen", ()))
+        return sources, ", ".join(f"{n} {s}" for s, n in sorted(sources.items())) or "none"
+
+    runs = [("triton", *counted(record.get("autotune")))]
+    runs += [(a["name"], *counted(a.get("autotune"))) for a in record["against"]]
+    out = ["configs: " + "; ".join(f"{name} {text}" for name, _, text in runs)]
+    off = [name for name, sources, _ in runs if set(sources) - set(TABLE_SOURCES)]  # tuned here or from the cache
+    if off:
+        out.append(f"note: not every config of {', '.join(off)} came from the tuning table: the paired ratios "
+                   f"compare tuning as well as code")
+    return out
