@@ -82,8 +82,8 @@ class Record:
 
 def load(bench_dir: Path) -> list[Record]:
     """Every compiled record in `bench_dir` (`*.json` only: `.json.partial` is a run in progress) but those
-    timed `--against` another checkout of workbench (its peer is our own code). A record that was cut short (`complete: false`) is kept for the sweep shapes it timed in full, never for a
-    target row."""
+    timed `--against` another checkout of workbench (its peer is our own code). A record that was cut short
+    (`complete: false`) is kept for the sweep shapes it timed in full, never for a target row."""
     records = []
     for path in sorted(bench_dir.glob("*.json")):
         data = json.loads(path.read_text())

@@ -10,10 +10,10 @@ round by round beside this checkout's kernel.
 The other checkout's package is imported under its own module name (`workbench_against_<hash of the path>`),
 from its own files: its kernels, glue and tuning tables, not this one's. Its kernels hash under their package
 folder's name (`kernel_hash.package_module_name`), so an unchanged kernel finds the same tuning-table entries as
-ours; the record keeps what its autotune chose (`against[i].autotune`), where a table miss would show. Both share the process's Triton and
-JAX, the autotune caches on disk (keyed by each kernel's source, so a kernel changed in one checkout is tuned
-apart) and, in Triton's interpreter, this checkout's interpreter fixes (installed once per process: the other
-checkout's address checks under WORKBENCH_CHECK_BOUNDS do not run).
+ours; the record keeps what its autotune chose (`against[i].autotune`), where a table miss would show. Both
+share the process's Triton and JAX, the autotune caches on disk (keyed by each kernel's source, so a kernel
+changed in one checkout is tuned apart) and, in Triton's interpreter, this checkout's interpreter fixes (installed
+once per process: the other checkout's address checks under WORKBENCH_CHECK_BOUNDS do not run).
 """
 
 from __future__ import annotations

@@ -374,9 +374,9 @@ class _Run:
 
 
 def autotune_summary(name: str) -> dict[str, Any] | None:
-    """What a workbench package's `autotune` module (by its import name) did in this process: WORKBENCH_AUTOTUNE, its counters, and
-    each autotuned kernel's config by key with where it came from (table, tuned, disk, ...); None for a package
-    whose autotune keeps none of these (an old checkout timed with `--against`)."""
+    """What a workbench package's `autotune` module (by its import name) did in this process: WORKBENCH_AUTOTUNE,
+    its counters, and each autotuned kernel's config by key with where it came from (table, tuned, disk, ...);
+    None for a package whose autotune keeps none of these (an old checkout timed with `--against`)."""
     try:
         module = importlib.import_module(name)
     except ImportError:

@@ -9,9 +9,9 @@ the compiled kernels stay shared with the user's cache (`choices_only_cache`: a 
 timing, so tuning processes run side by side beforehand, or an earlier run, leave nothing to compile again).
 The temporary cache's entries become table entries, merged into the device's file after each shape (an entry of
 the same kernel, source, Triton version, key values and arrays is replaced): a run stopped by a time limit keeps
-the shapes it finished, so one process can take every dtype and head dimension. Shapes: the op's shape sets named, each at the
-dtypes and head dimensions asked for (a head dimension replaces K and V, or D). The table is reviewed like
-code: commit the file.
+the shapes it finished, so one process can take every dtype and head dimension. Shapes: the op's shape sets
+named, each at the dtypes and head dimensions asked for (a head dimension replaces K and V, or D). The table is
+reviewed like code: commit the file.
 """
 
 from __future__ import annotations
