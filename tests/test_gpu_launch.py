@@ -1,7 +1,8 @@
 """The launcher itself on a CUDA GPU (skipped elsewhere): typed scalars give what the interpreter gives
 (tests/interpreter_cases.py's expectations, which the CPU tests hold the interpreter to), a host-made tensor
 descriptor in a warp-specialized loop, a matmul fed by descriptors with the compiler's warps, an empty grid,
-compiled kernels loaded from disk by the next process, and Gluon kernels (tests/gluon_example.py)."""
+compiled kernels loaded from disk by the next process, Gluon kernels (tests/gluon_example.py), and the
+autotuner's fallback to jaxlib's autotuning."""
 
 import json
 import os
@@ -162,3 +163,41 @@ def test_a_launch_with_global_scratch_leaves_every_default_pool_keeping_freed_me
     np.testing.assert_array_equal(np.asarray(y), 2 * np.asarray(x))
     thresholds = scratch_pool.release_thresholds(scratch_pool.driver())
     assert thresholds and min(thresholds) >= scratch_pool.RELEASE_THRESHOLD, thresholds
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 16}, num_warps=1), triton.Config({"BLOCK": 64}, num_warps=2)],
+                 key=["n"])
+@triton.jit
+def flagged_double(x, flags, n, y, BLOCK: tl.constexpr):
+    """y_i = 2 x_i where flags[i mod 4] != 0, else x_i: an integer input read by every program."""
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = o < n
+    f = tl.load(flags + o % 4, mask=m, other=0)
+    v = tl.load(x + o, mask=m)
+    tl.store(y + o, tl.where(f != 0, v * 2, v), mask=m)
+
+
+def test_a_traced_integer_input_without_a_stand_in_falls_back_to_jaxlibs_autotuning():
+    """Under jit an integer array made inside the program has no value to tune on and the caller gave no
+    stand-in: the launch hands every config to jaxlib's autotuner (`gpu_call.launch_autotuned`), which times them
+    on the real buffers at the first execution. The result must be the kernel's whichever config it keeps. (A
+    branch whose kernels fell back so on an H200, 2026-11-29, then faulted with CUDA_ERROR_ILLEGAL_ADDRESS; this
+    path had no GPU test.)"""
+    from workbench import autotune
+
+    n = 1000
+    x = jax.random.normal(jax.random.key(5), (n,), jnp.float32)
+    before = autotune.STATS["fallback"]
+
+    def doubled(x):
+        flags = (x[:4] > 0).astype(jnp.int32)  # traced: no concrete value at trace time
+        return workbench.triton_call(x, flags, n, kernel=flagged_double, out_shape=jax.ShapeDtypeStruct((n,), x.dtype),
+                                     grid=lambda meta: (triton.cdiv(n, meta["BLOCK"]),))
+
+    with pytest.warns(UserWarning, match="autotuned at its first run, uncached: its integer argument"):
+        y = jax.jit(doubled)(x)
+    assert autotune.STATS["fallback"] > before
+    xs = np.asarray(x)
+    flags = xs[:4] > 0
+    np.testing.assert_array_equal(np.asarray(y), np.where(flags[np.arange(n) % 4], 2 * xs, xs))
+    np.testing.assert_array_equal(np.asarray(jax.jit(doubled)(x)), np.asarray(y))  # the kept config again
