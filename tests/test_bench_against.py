@@ -100,13 +100,11 @@ import workbench  # first: WORKBENCH_INTERPRET=0 keeps Triton compiled, as on a 
 from workbench.bench import against
 from workbench.chunk_gla import kernels
 from workbench.kernel_hash import package_module_name, source_hash
+from workbench.signature import unwrap
 
 
 def jitted(module, name):  # the jitted function under the autotuner and heuristics, as the launcher keys it
-    fn = getattr(module, name)
-    while not hasattr(fn, "src"):
-        fn = fn.fn
-    return fn
+    return unwrap(getattr(module, name))[2]
 
 
 names = ("chunk_o_kernel", "chunk_a_kernel")
