@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 import types
 import warnings
 from pathlib import Path
@@ -373,6 +374,25 @@ def test_a_call_shorter_than_chain_ms_is_timed_as_a_chain_in_one_program(monkeyp
     caller(1.0)
     eager = 1 + device_time.SAMPLES * device_time.REPS
     assert run.calls == eager + (4 * (1 + device_time.SAMPLES) if chained else 0)
+
+
+def test_the_time_is_the_compiled_programs_not_the_hosts_building_of_each_launch(monkeypatch):
+    """A launch whose building on the host takes 60 ms (as an eager Triton launch's did, 8-15 ms on an
+    H200, longer than the kernel) and whose device work takes none: the host cost is paid once, when the
+    program is traced, and the time reported is far below it. Eager calls back to back report >= 60 ms."""
+    monkeypatch.setattr(device_time, "CHAIN_MS", 0.0)  # no chain: the plain calls' time is the answer
+    floating, integer = jnp.ones((16, 8), jnp.float32), jnp.arange(4, dtype=jnp.int32)
+    device = HostCalls(floating, integer)
+    built = []
+
+    def run(xs):
+        built.append(1)
+        time.sleep(0.06)  # the host building the launch
+        return device(xs)
+
+    ms = device_time.time_on_device(run, [integer, floating, 5])
+    assert len(built) == 1 and device.calls == 1 + device_time.SAMPLES * device_time.REPS
+    assert ms < 30, ms
 
 
 def test_a_corrupt_entry_is_tuned_again_and_replaced(tmp_path):

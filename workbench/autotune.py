@@ -18,10 +18,10 @@ call of an autotuned kernel (`launch.triton_call`, GPU branch):
 3. choice: remembered in this process, else read from `$WORKBENCH_CACHE_DIR/autotune/<sha256>.json`,
    else (the default mode) the shipped tuning table's entry for the key, or the nearest one of the same
    kernel on the same GPU kind (`tuning_table`: nothing is timed), else *tuned ahead*: while the
-   caller's function is traced, every candidate runs eagerly on synthesized inputs of the same shapes
+   caller's function is traced, every candidate runs, compiled, on synthesized inputs of the same shapes
    and dtypes (floats uniform in [-0.1, 0]: log-decay gates stay ≤ 0 and nothing overflows) and is timed
-   (`workbench.device_time`: a call shorter than 2 ms as a chain of copies in one program, not as eager
-   calls the host's dispatch would pace); the fastest is stored. Integer arrays (sequence bounds,
+   (`workbench.device_time`: calls of a jitted program back to back, never eager launches, which time the
+   host; a call shorter than 2 ms as a chain of copies in one program); the fastest is stored. Integer arrays (sequence bounds,
    chunk-slot tables, seeds) cannot be made up: a kernel would read out of bounds. They are used when
    concrete, or taken from the caller's stand-ins (`triton_call(..., tune_inputs={name: array})`);
    a traced one without a stand-in makes that call fall back to jaxlib's autotuning at its first run

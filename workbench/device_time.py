@@ -1,5 +1,6 @@
-"""A launch's time on the device, for the autotuner (`workbench.autotune`): eager calls back to back, and
-calls too short for that timed as a chain of copies in one jitted program (docs/autotune.md, "Choice")."""
+"""A launch's time on the device, for the autotuner (`workbench.autotune`): calls of the launch compiled
+into one program, back to back, and calls too short for that as a chain of copies in one program
+(docs/autotune.md, "Timing")."""
 
 from __future__ import annotations
 
@@ -13,32 +14,35 @@ CHAIN_MS, MAX_CHAIN = 2.0, 64  # shorter calls are timed chained in one program
 
 
 def time_on_device(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any]) -> float:
-    """ms of the device's work per call of `run(inputs)`.
+    """ms of the device's work per call of `run(inputs)`, always timed as a compiled program.
 
-    The first call compiles (and raises for a config that cannot launch). Then the best of SAMPLES means
-    of REPS eager calls issued back to back before one wait for the device: the device's time when a
-    call outlasts the host's dispatch of the next one. A call shorter than CHAIN_MS may not (at
-    B = 1 and short sequences a kernel takes tens of µs, the eager dispatch about as long: every
-    candidate would time the host). Such a call is *chained*: `chained(run, inputs, n)`, n copies of it
-    in one jitted program with n = ⌈CHAIN_MS / eager ms⌉ (at most MAX_CHAIN), one dispatch for all;
-    its time is the best of SAMPLES runs of that program over n.
+    `run` is jitted once (`program`); its first call compiles (and raises for a config that cannot
+    launch). Then the best of SAMPLES means of REPS calls of the program issued back to back before one
+    wait: the device's time when a call outlasts the dispatch of the next one. Eager calls are not
+    timed: an eager launch builds its call on the host every time (8-15 ms for chunk_kda's backward
+    kernels on an H200, longer than their 4-9 ms on the device), so back-to-back eager calls timed the
+    host, and the choices made by it were a third slower in the op (docs/autotune.md, "Timing"). A call
+    shorter than CHAIN_MS may still not outlast a dispatch (at B = 1 and short sequences a kernel takes
+    tens of µs): such a call is *chained*, `chained(run, inputs, n)`, n copies of it in one program with
+    n = ⌈CHAIN_MS / its ms⌉ (at most MAX_CHAIN); its time is the best of SAMPLES runs over n.
     """
     import jax
 
-    jax.block_until_ready(run(inputs))
-    eager = math.inf
+    program, arrays = _program(run, inputs)
+    jax.block_until_ready(program(arrays))
+    one = math.inf
     for _ in range(SAMPLES):
         t0 = time.perf_counter()
         for _ in range(REPS):
-            out = run(inputs)
+            out = program(arrays)
         jax.block_until_ready(out)
-        eager = min(eager, (time.perf_counter() - t0) * 1e3 / REPS)
-    if eager >= CHAIN_MS:
-        return eager
-    n = copies_for(eager)
-    made = chained(run, inputs, n)
+        one = min(one, (time.perf_counter() - t0) * 1e3 / REPS)
+    if one >= CHAIN_MS:
+        return one
+    n = copies_for(one)
+    made = chained(run, inputs, n) if n > 1 else None
     if made is None:
-        return eager
+        return one
     program, arrays = made
     jax.block_until_ready(program(arrays))
     best = math.inf
@@ -47,6 +51,22 @@ def time_on_device(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any]) -
         jax.block_until_ready(program(arrays))
         best = min(best, (time.perf_counter() - t0) * 1e3 / n)
     return best
+
+
+def _program(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any]):
+    """(jitted program, its arguments): `run(inputs)` once, the array inputs as the program's arguments
+    and the rest (scalars) as `run` was given them."""
+    import jax
+
+    where = [i for i, x in enumerate(inputs) if isinstance(x, jax.Array)]
+
+    def program(arrays):
+        xs = list(inputs)
+        for i, x in zip(where, arrays):
+            xs[i] = x
+        return run(xs)
+
+    return jax.jit(program), [inputs[i] for i in where]
 
 
 def copies_for(ms: float) -> int:
