@@ -253,6 +253,24 @@ def test_the_fastest_is_chosen_stored_and_found_again_without_timing(tmp_path):
     assert autotune.Choices(store).lookup(key, configs[:1]).source == "only"  # one candidate: nothing to time
 
 
+def test_a_cached_choice_of_the_eager_timer_is_timed_again(tmp_path, monkeypatch):
+    """An entry as the eager timer wrote it (no "timer" field; it ranked by the host's time to build each
+    launch) is not a choice: looked up it is None, once with a warning, and tuning replaces it."""
+    monkeypatch.setattr(autotune, "_WARNED", set())
+    store = autotune.Store(tmp_path)
+    key, configs = _key(), _configs()
+    store.write(key, {"config": autotune.config_fields(configs[0]), "timings_ms": []})  # BV=16, eager-timed
+    with pytest.warns(autotune.CacheWarning, match="eager launches"):
+        assert autotune.Choices(store).lookup(key, configs) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert autotune.Choices(store).lookup(key, configs) is None  # warned once per process
+    book = autotune.Choices(store)
+    assert book.tune(key, configs, Timer({16: 3.0, 32: 1.0, 64: 2.0})).config.kwargs["BV"] == 32
+    assert store.read(key)["timer"] == autotune.TIMER
+    assert autotune.Choices(store).lookup(key, configs).source == "disk"
+
+
 class SequenceTimer(Timer):
     """A stub timer whose configs (by BV) give their listed times in turn."""
 

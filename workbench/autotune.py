@@ -67,6 +67,7 @@ from .kernel_hash import source_hash
 
 TABLE_VAR = "WORKBENCH_TUNING_TABLE"  # a folder of table files to read instead of the package's (tests, a new table)
 CONFIRM_MARGIN, CONFIRM_ROUNDS, CONFIRM_MAX = 0.10, 2, 6  # `Choices.tune`: the contenders, timed again
+TIMER = "jitted"  # how a stored choice was timed; a cached choice without it was timed by eager launches (the host)
 
 STATS: collections.Counter = collections.Counter()
 """What this process did: configs `chosen_only` (one candidate), `chosen_memory`, `chosen_disk`,
@@ -162,6 +163,10 @@ class Choices:
             warnings.warn(f"workbench cache: ignoring {self.store.path(key)}: its config is not a candidate",
                           CacheWarning, stacklevel=2)
             return None
+        if entry.get("timer") != TIMER:  # chosen by the eager timer (before 2026-11-29): by the host's time
+            _warn_once("host-timed", "workbench cache: choices timed by eager launches (the host's time, before "
+                       "2026-11-29) are timed again")
+            return None
         index = fields.index(entry["config"])
         with _LOCK:
             self.memory[name] = (index, "disk")
@@ -222,7 +227,7 @@ class Choices:
             "timings_ms": [{"config": config_fields(c), "ms": t if math.isfinite(t) else None, "error": e,
                             **({"again": [a if math.isfinite(a) else None for a in again[i]]} if i in again else {})}
                            for i, (c, t, e) in enumerate(zip(candidates, times, errors))],
-            "written": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "written": datetime.now(timezone.utc).isoformat(timespec="seconds"), "timer": TIMER,
         })
         with _LOCK:
             self.memory[digest(key)] = (best, "tuned")
@@ -390,6 +395,15 @@ def tuning_inputs(args: Sequence[Any], arg_names: Sequence[str], tune_inputs: Ma
 
 
 _WARNED: set[str] = set()
+
+
+def _warn_once(topic: str, message: str) -> None:
+    """One `CacheWarning` per topic and process."""
+    with _LOCK:
+        first = topic not in _WARNED
+        _WARNED.add(topic)
+    if first:
+        warnings.warn(message, CacheWarning, stacklevel=3)
 
 
 def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs, input_output_aliases,
