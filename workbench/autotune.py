@@ -21,8 +21,9 @@ call of an autotuned kernel (`launch.triton_call`, GPU branch):
    caller's function is traced, every candidate runs, compiled, on synthesized inputs of the same shapes
    and dtypes (floats uniform in [-0.1, 0]: log-decay gates stay ≤ 0 and nothing overflows) and is timed
    (`workbench.device_time`: calls of a jitted program back to back, never eager launches, which time the
-   host; a call shorter than 2 ms as a chain of copies in one program); the fastest is stored. Integer arrays (sequence bounds,
-   chunk-slot tables, seeds) cannot be made up: a kernel would read out of bounds. They are used when
+   host; a call shorter than 2 ms as a chain of copies in one program); the fastest is stored. Integer
+   arrays (sequence bounds, chunk-slot tables, seeds) cannot be made up: a kernel would read out of
+   bounds. They are used when
    concrete, or taken from the caller's stand-ins (`triton_call(..., tune_inputs={name: array})`);
    a traced one without a stand-in makes that call fall back to jaxlib's autotuning at its first run
    (`gpu_call.launch_autotuned`), uncached, with one warning per kernel naming the argument. A single
