@@ -879,6 +879,40 @@ def test_the_table_builder_merges_the_shapes_that_ran_and_names_those_that_did_n
     assert autotune.REFRESH_VAR not in os.environ  # put back
 
 
+def test_the_table_builder_says_each_choice_its_time_the_next_best_and_what_the_table_had(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """Per choice: the config and its time, the next best and how much slower, and the table's choice for the key
+    before the run (another config with its time here, the same one, or none). The retune of
+    2026-11-29 that chose by the host would have shown at once: its 'chosen' times were the host's, far from the
+    kernels' in the op, and every changed entry named."""
+    from workbench import tuning_table
+    from workbench.bench import tune
+
+    def run_once(op, shape, dtype, seed):
+        store = autotune.Store(autotune.cache_dir() / "autotune")
+        autotune.Choices(store).tune(_key(key_values={"H": shape["H"], "K": shape["K"]}), _configs(),
+                                     Timer({16: 2.0, 32: 1.0, 64: 4.0}))
+
+    monkeypatch.setattr(tune.launch, "INTERPRET", False)
+    monkeypatch.setattr(tune, "_run_once", run_once)
+    monkeypatch.setenv(autotune.CACHE_VAR, str(tmp_path / "user"))
+    folder = tmp_path / "table"
+    device = jax.devices()[0].device_kind
+    had = [tuning_table.entry_of(_key(key_values={"H": 16, "K": k}), autotune.config_fields(_configs()[i]))
+           for k, i in ((32, 0), (64, 1))]  # K=32: BV=16 (to be replaced), K=64: BV=32 (kept)
+    tuning_table.Table(device, had).write(folder)
+    tune.write_table(["recurrent"], ["target"], head_dims=[32, 64, 128], folder=folder)
+    said = capsys.readouterr()
+    lines = {re.search(r"K=(\d+)", line).group(1): line for line in (said.out + said.err).splitlines()
+             if " chose " in line}
+    assert set(lines) == {"32", "64", "128"}
+    for line in lines.values():
+        assert "chose BV=32 w4 s2: 1.000 ms; next BV=16 w4 s2: 2.000 ms (+100 %)" in line, line
+    assert "the table (table) had BV=16 w4 s2: 2.000 ms here" in lines["32"]
+    assert "the table's (table) too" in lines["64"]
+    assert "the table had none" in lines["128"]  # no entry at K=128, and K is not a size the nearest may stand in for
+
+
 def test_the_table_builder_keeps_the_shapes_it_finished_when_stopped(tmp_path, monkeypatch):
     """A tune stopped part way (here an interrupt in its third shape; on a GPU machine, a time limit) has already
     merged the choices of the shapes it finished into the device's file: one process can take every dtype and

@@ -17,7 +17,9 @@ reviewed like code: commit the file.
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 import tempfile
 import time
 from collections.abc import Sequence
@@ -81,6 +83,7 @@ def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequen
         raise ValueError(f"--op: unknown op(s) {', '.join(unknown)}; known: {', '.join(OPS)}")
     plan = {op_name: shapes_of(op_name, shape_sets, head_dims, tokens) for op_name in ops}  # bad sets fail here
     device = jax.devices()[0].device_kind
+    before = tuning_table.Table.load(device, folder)
     start = time.perf_counter()
     failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="workbench-tune-") as cache:
@@ -115,7 +118,7 @@ def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequen
             raise ValueError(f"--kernels: {', '.join(unseen)} not timed by any run of {', '.join(ops)} "
                              f"(timed: {', '.join(sorted({e['kernel'] for e in entries})) or 'none'}; their choices "
                              f"are merged into the table as each shape finished)")
-        for line in losers(Path(cache) / "autotune"):
+        for line in [*losers(Path(cache) / "autotune"), *choices(Path(cache) / "autotune", before)]:
             say(f"tune: {line}")
         path, table = _merge(device, folder, Path(cache) / "autotune")
     say(f"{len(entries)} choices of {device} merged into {path} ({len(table.entries)} entries)")
@@ -145,6 +148,52 @@ def losers(folder: Path) -> list[str]:
                 values = " ".join(f"{k}={v}" for k, v in sorted(key.get("key", {}).items()))
                 out.append(f"{key.get('kernel')} [{values}] {timing['config']} did not run: {timing['error'][:200]}")
     return out
+
+
+def choices(folder: Path, before: tuning_table.Table) -> list[str]:
+    """One line per choice in an autotune store (as `autotune.Choices.tune` writes it): the kernel, its key
+    values, the config chosen and its time (the median of its timings, as the tuner ranked it), the best other
+    config's time and how much slower, and what `before` (the table as it was) chose for that key: the same,
+    another config (with its time here), or none. A choice's time far from the kernel's time inside the op
+    (`scripts/op_profile.py`) is the sign of a timer measuring something else (docs/autotune.md, "Timing")."""
+    out = []
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            stored = json.loads(path.read_text())
+            key, timings, chosen = stored["key"], stored["timings_ms"], stored["config"]
+            times = {json.dumps(t["config"], sort_keys=True): _median_ms(t) for t in timings}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        mine = times.get(json.dumps(chosen, sort_keys=True), math.inf)
+        values = " ".join(f"{k}={v}" for k, v in sorted(key.get("key", {}).items()))
+        line = f"{key.get('kernel')} [{values}] chose {_config_text(chosen)}: {mine:.3f} ms"
+        others = sorted((ms, c) for c, ms in times.items()
+                        if c != json.dumps(chosen, sort_keys=True) and math.isfinite(ms))
+        if others:
+            ms, config = others[0]
+            line += f"; next {_config_text(json.loads(config))}: {ms:.3f} ms (+{100 * (ms / mine - 1):.0f} %)"
+        found = before.choose(key, key.get("configs", []))
+        if found is None:
+            line += "; the table had none"
+        elif key["configs"][found[0]] == chosen:
+            line += f"; the table's ({found[1]}) too"
+        else:
+            old = key["configs"][found[0]]
+            line += (f"; the table ({found[1]}) had {_config_text(old)}: "
+                     f"{times.get(json.dumps(old, sort_keys=True), math.inf):.3f} ms here")
+        out.append(line)
+    return out
+
+
+def _median_ms(timing) -> float:
+    """A candidate's time as `Choices.tune` ranked it: the median of its timings (inf when none ran)."""
+    values = [v for v in [timing.get("ms"), *timing.get("again", [])] if v is not None]
+    return statistics.median(values) if values else math.inf
+
+
+def _config_text(fields) -> str:
+    blocks = ",".join(f"{k}={v}" for k, v in fields.get("kwargs", {}).items())
+    return f"{blocks} w{fields.get('num_warps')} s{fields.get('num_stages')}".strip()
 
 
 class ShapesFailed(RuntimeError):
