@@ -21,7 +21,7 @@ def time_on_device(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any]) -
     wait: the device's time when a call outlasts the dispatch of the next one. Eager calls are not
     timed: an eager launch builds its call on the host every time (8-15 ms for chunk_kda's backward
     kernels on an H200, longer than their 4-9 ms on the device), so back-to-back eager calls timed the
-    host, and the choices made by it were a third slower in the op (docs/autotune.md, "Timing"). A call
+    host, and its choices made an op 1.41x slower (docs/autotune.md, "Timing"). A call
     shorter than CHAIN_MS may still not outlast a dispatch (at B = 1 and short sequences a kernel takes
     tens of µs): such a call is *chained*, `chained(run, inputs, n)`, n copies of it in one program with
     n = ⌈CHAIN_MS / its ms⌉ (at most MAX_CHAIN); its time is the best of SAMPLES runs over n.
