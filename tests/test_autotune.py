@@ -845,24 +845,29 @@ def test_the_table_builder_takes_each_shape_once_at_the_head_dims_asked_for():
         tune.shapes_of("chunk_gla", ["sweep"], tokens=[7])
 
 
-def test_the_table_builder_merges_the_shapes_that_ran_and_names_those_that_did_not(tmp_path, monkeypatch, capsys):
-    """`write_table` with a stub run (tuning as a kernel launch would): a shape that raises costs only its own
-    entries; the others are merged into the device's file, then `ShapesFailed` names the one that failed.
-    A candidate that did not run where it was timed is named with its key and error."""
-    from workbench import tuning_table
+def _stub_table_builder(monkeypatch, tmp_path, times, stop=None):
+    """(`workbench.bench.tune`, a table folder) with `write_table`'s run stubbed: each shape tunes one key of its
+    H and K as a kernel launch would, timed by `Timer(times)`; `stop` = (K, exception): that head dim raises it."""
     from workbench.bench import tune
 
     def run_once(op, shape, dtype, seed):
-        if shape["K"] == 256:
-            raise RuntimeError("out of shared memory")
+        if stop is not None and shape["K"] == stop[0]:
+            raise stop[1]
         store = autotune.Store(autotune.cache_dir() / "autotune")
-        autotune.Choices(store).tune(_key(key_values={"H": shape["H"], "K": shape["K"]}), _configs(),
-                                     Timer({16: 2.0, 32: 1.0, 64: RuntimeError("too many resources")}))
+        autotune.Choices(store).tune(_key(key_values={"H": shape["H"], "K": shape["K"]}), _configs(), Timer(times))
 
     monkeypatch.setattr(tune.launch, "INTERPRET", False)
     monkeypatch.setattr(tune, "_run_once", run_once)
     monkeypatch.setenv(autotune.CACHE_VAR, str(tmp_path / "user"))
-    folder = tmp_path / "table"
+    return tune, tmp_path / "table"
+
+
+def test_the_table_builder_merges_the_shapes_that_ran_and_names_those_that_did_not(tmp_path, monkeypatch, capsys):
+    """`write_table` with a stub run (tuning as a kernel launch would): a shape that raises costs only its own
+    entries; the others are merged into the device's file, then `ShapesFailed` names the one that failed.
+    A candidate that did not run where it was timed is named with its key and error."""
+    times = {16: 2.0, 32: 1.0, 64: RuntimeError("too many resources")}
+    tune, folder = _stub_table_builder(monkeypatch, tmp_path, times, stop=(256, RuntimeError("out of shared memory")))
     with pytest.raises(tune.ShapesFailed, match=r"1 shape\(s\) not tuned(.|\n)*K=256.*out of shared memory") as info:
         tune.write_table(["recurrent"], ["target"], head_dims=[32, 256, 128], folder=folder)
     entries = json.loads(info.value.path.read_text())
@@ -886,17 +891,8 @@ def test_the_table_builder_says_each_choice_its_time_the_next_best_and_what_the_
     2026-11-29 that chose by the host would have shown at once: its 'chosen' times were the host's, far from the
     kernels' in the op, and every changed entry named."""
     from workbench import tuning_table
-    from workbench.bench import tune
 
-    def run_once(op, shape, dtype, seed):
-        store = autotune.Store(autotune.cache_dir() / "autotune")
-        autotune.Choices(store).tune(_key(key_values={"H": shape["H"], "K": shape["K"]}), _configs(),
-                                     Timer({16: 2.0, 32: 1.0, 64: 4.0}))
-
-    monkeypatch.setattr(tune.launch, "INTERPRET", False)
-    monkeypatch.setattr(tune, "_run_once", run_once)
-    monkeypatch.setenv(autotune.CACHE_VAR, str(tmp_path / "user"))
-    folder = tmp_path / "table"
+    tune, folder = _stub_table_builder(monkeypatch, tmp_path, {16: 2.0, 32: 1.0, 64: 4.0})
     device = jax.devices()[0].device_kind
     had = [tuning_table.entry_of(_key(key_values={"H": 16, "K": k}), autotune.config_fields(_configs()[i]))
            for k, i in ((32, 0), (64, 1))]  # K=32: BV=16 (to be replaced), K=64: BV=32 (kept)
@@ -917,19 +913,8 @@ def test_the_table_builder_keeps_the_shapes_it_finished_when_stopped(tmp_path, m
     """A tune stopped part way (here an interrupt in its third shape; on a GPU machine, a time limit) has already
     merged the choices of the shapes it finished into the device's file: one process can take every dtype and
     head dimension without risking them all (2026-11-29: six runs cut at 80 s each wrote nothing)."""
-    from workbench.bench import tune
-
-    def run_once(op, shape, dtype, seed):
-        if shape["K"] == 128:
-            raise KeyboardInterrupt
-        store = autotune.Store(autotune.cache_dir() / "autotune")
-        autotune.Choices(store).tune(_key(key_values={"H": shape["H"], "K": shape["K"]}), _configs(),
-                                     Timer({16: 2.0, 32: 1.0, 64: 3.0}))
-
-    monkeypatch.setattr(tune.launch, "INTERPRET", False)
-    monkeypatch.setattr(tune, "_run_once", run_once)
-    monkeypatch.setenv(autotune.CACHE_VAR, str(tmp_path / "user"))
-    folder = tmp_path / "table"
+    tune, folder = _stub_table_builder(monkeypatch, tmp_path, {16: 2.0, 32: 1.0, 64: 3.0},
+                                       stop=(128, KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         tune.write_table(["recurrent"], ["target"], head_dims=[32, 64, 128, 256], folder=folder)
     (path,) = folder.glob("*.json")
