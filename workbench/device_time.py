@@ -16,7 +16,7 @@ CHAIN_MS, MAX_CHAIN = 2.0, 64  # shorter calls are timed chained in one program
 def time_on_device(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any]) -> float:
     """ms of the device's work per call of `run(inputs)`, always timed as a compiled program.
 
-    `run` is jitted once (`program`); its first call compiles (and raises for a config that cannot
+    `run` is jitted once (`chained(run, inputs, 1)`); its first call compiles (and raises for a config that cannot
     launch). Then the best of SAMPLES means of REPS calls of the program issued back to back before one
     wait: the device's time when a call outlasts the dispatch of the next one. Eager calls are not
     timed: an eager launch builds its call on the host every time (8-15 ms for chunk_kda's backward
@@ -28,7 +28,7 @@ def time_on_device(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any]) -
     """
     import jax
 
-    program, arrays = _program(run, inputs)
+    program, arrays = chained(run, inputs, 1)
     jax.block_until_ready(program(arrays))
     one = math.inf
     for _ in range(SAMPLES):
@@ -53,30 +53,14 @@ def time_on_device(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any]) -
     return best
 
 
-def _program(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any]):
-    """(jitted program, its arguments): `run(inputs)` once, the array inputs as the program's arguments
-    and the rest (scalars) as `run` was given them."""
-    import jax
-
-    where = [i for i, x in enumerate(inputs) if isinstance(x, jax.Array)]
-
-    def program(arrays):
-        xs = list(inputs)
-        for i, x in zip(where, arrays):
-            xs[i] = x
-        return run(xs)
-
-    return jax.jit(program), [inputs[i] for i in where]
-
-
 def copies_for(ms: float) -> int:
     """How many copies of a call of `ms` make CHAIN_MS of work: ⌈CHAIN_MS / ms⌉, between 1 and MAX_CHAIN."""
     return min(MAX_CHAIN, max(1, math.ceil(CHAIN_MS / max(ms, 1e-3))))
 
 
 def chained(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any], n: int):
-    """(jitted program, its arguments): `run(inputs)` n times in a row in one program, or None when no
-    input is a non-empty floating array.
+    """(jitted program, its arguments): `run(inputs)` n times in a row in one program, or, for n > 1, None
+    when no input is a non-empty floating array (n = 1 needs no link).
 
     XLA sees a launch as a pure function of its operands: n copies of one call on the same inputs would
     be merged into one (an optimization barrier does not stop it; it is expanded away first), and a
@@ -95,7 +79,7 @@ def chained(run: Callable[[Sequence[Any]], Any], inputs: Sequence[Any], n: int):
     where = [i for i, x in enumerate(inputs) if isinstance(x, jax.Array)]
     carrier = next((j for j, i in enumerate(where)
                     if jnp.issubdtype(inputs[i].dtype, jnp.floating) and math.prod(inputs[i].shape) > 0), None)
-    if carrier is None:
+    if carrier is None and n > 1:
         return None
 
     def program(arrays):
