@@ -43,9 +43,7 @@ def kernel_at(address: str):
 
 
 def config_name(config) -> str:
-    fields = autotune.config_fields(config)
-    blocks = ",".join(f"{k}={v}" for k, v in fields["kwargs"].items())
-    return f"{blocks} w{fields['num_warps']} s{fields['num_stages']}"
+    return autotune.config_text(autotune.config_fields(config))
 
 
 def run(op_name: str, shape_set: str, kernel, indices, variant: str | None, iters: int, reps: int,

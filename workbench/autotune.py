@@ -99,6 +99,12 @@ def config_fields(config) -> dict[str, Any]:
                       "num_ctas": config.num_ctas, "maxnreg": getattr(config, "maxnreg", None)})
 
 
+def config_text(fields: Mapping[str, Any]) -> str:
+    """A config's fields (`config_fields`) as one short label: `BK=64,BV=32 w8 s2`."""
+    blocks = ",".join(f"{k}={v}" for k, v in fields.get("kwargs", {}).items())
+    return f"{blocks} w{fields.get('num_warps')} s{fields.get('num_stages')}".strip()
+
+
 def function_name(fn) -> str:
     """A `@triton.jit` function's name (compiled or interpreted)."""
     return getattr(fn, "__name__", None) or fn.fn.__name__

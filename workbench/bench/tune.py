@@ -133,45 +133,44 @@ def _merge(device: str, folder: Path, store: Path) -> tuple[Path, tuning_table.T
     return table.write(folder), table
 
 
+def _stored(folder: Path):
+    """(key, timings, chosen config) of each choice in an autotune store (as `autotune.Choices.tune` writes
+    them), unreadable files skipped."""
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            stored = json.loads(path.read_text())
+            yield stored["key"], list(stored["timings_ms"]), stored["config"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+
+
+def _key_text(key) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(key.get("key", {}).items()))
+
+
 def losers(folder: Path) -> list[str]:
     """One line per candidate that did not run where it was timed (`timings_ms` errors in an autotune
     store): kernel, its key values, the config and the error. A key still has a choice if any ran."""
-    out = []
-    for path in sorted(Path(folder).glob("*.json")):
-        try:
-            stored = json.loads(path.read_text())
-            key, timings = stored["key"], stored["timings_ms"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        for timing in timings:
-            if timing.get("error"):
-                values = " ".join(f"{k}={v}" for k, v in sorted(key.get("key", {}).items()))
-                out.append(f"{key.get('kernel')} [{values}] {timing['config']} did not run: {timing['error'][:200]}")
-    return out
+    return [f"{key.get('kernel')} [{_key_text(key)}] {timing['config']} did not run: {timing['error'][:200]}"
+            for key, timings, _ in _stored(folder) for timing in timings if timing.get("error")]
 
 
 def choices(folder: Path, before: tuning_table.Table) -> list[str]:
-    """One line per choice in an autotune store (as `autotune.Choices.tune` writes it): the kernel, its key
-    values, the config chosen and its time (the median of its timings, as the tuner ranked it), the best other
-    config's time and how much slower, and what `before` (the table as it was) chose for that key: the same,
-    another config (with its time here), or none. A choice's time far from the kernel's time inside the op
-    (`scripts/op_profile.py`) is the sign of a timer measuring something else (docs/autotune.md, "Timing")."""
+    """One line per choice in an autotune store: the kernel, its key values, the config chosen and its time
+    (the median of its timings, as the tuner ranked it), the best other config's time and how much slower, and
+    what `before` (the table as it was) chose for that key: the same, another config (with its time here), or
+    none. A choice's time far from the kernel's time inside the op (`scripts/op_profile.py`) is the sign of a
+    timer measuring something else (docs/autotune.md, "Timing")."""
     out = []
-    for path in sorted(Path(folder).glob("*.json")):
-        try:
-            stored = json.loads(path.read_text())
-            key, timings, chosen = stored["key"], stored["timings_ms"], stored["config"]
-            times = {json.dumps(t["config"], sort_keys=True): _median_ms(t) for t in timings}
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
+    for key, timings, chosen in _stored(folder):
+        times = {json.dumps(t["config"], sort_keys=True): _median_ms(t) for t in timings}
         mine = times.get(json.dumps(chosen, sort_keys=True), math.inf)
-        values = " ".join(f"{k}={v}" for k, v in sorted(key.get("key", {}).items()))
-        line = f"{key.get('kernel')} [{values}] chose {_config_text(chosen)}: {mine:.3f} ms"
+        line = f"{key.get('kernel')} [{_key_text(key)}] chose {autotune.config_text(chosen)}: {mine:.3f} ms"
         others = sorted((ms, c) for c, ms in times.items()
                         if c != json.dumps(chosen, sort_keys=True) and math.isfinite(ms))
         if others:
             ms, config = others[0]
-            line += f"; next {_config_text(json.loads(config))}: {ms:.3f} ms (+{100 * (ms / mine - 1):.0f} %)"
+            line += f"; next {autotune.config_text(json.loads(config))}: {ms:.3f} ms (+{100 * (ms / mine - 1):.0f} %)"
         found = before.choose(key, key.get("configs", []))
         if found is None:
             line += "; the table had none"
@@ -179,7 +178,7 @@ def choices(folder: Path, before: tuning_table.Table) -> list[str]:
             line += f"; the table's ({found[1]}) too"
         else:
             old = key["configs"][found[0]]
-            line += (f"; the table ({found[1]}) had {_config_text(old)}: "
+            line += (f"; the table ({found[1]}) had {autotune.config_text(old)}: "
                      f"{times.get(json.dumps(old, sort_keys=True), math.inf):.3f} ms here")
         out.append(line)
     return out
@@ -189,11 +188,6 @@ def _median_ms(timing) -> float:
     """A candidate's time as `Choices.tune` ranked it: the median of its timings (inf when none ran)."""
     values = [v for v in [timing.get("ms"), *timing.get("again", [])] if v is not None]
     return statistics.median(values) if values else math.inf
-
-
-def _config_text(fields) -> str:
-    blocks = ",".join(f"{k}={v}" for k, v in fields.get("kwargs", {}).items())
-    return f"{blocks} w{fields.get('num_warps')} s{fields.get('num_stages')}".strip()
 
 
 class ShapesFailed(RuntimeError):
