@@ -564,13 +564,13 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
         b_dq = tl.load(dq_s + p_t, mask=m_tk, other=0.0)
         b_dk = tl.load(dk_s + p_t, mask=m_tk, other=0.0)
 
-    # Σ_{s<t} X_s, X_s = k̂_s ⊙ (dH v_s): the rows shifted down by one, then an inclusive cumsum
-    # (no total − suffix difference, whose terms would cancel under strong decay).
-    prev = rows - 1
-    m_p = m_t & (o_t > 0)
-    b_vp = tl.load(v + (prev[:, None] * H + i_h) * V + o_v[None, :], mask=m_p[:, None] & m_v[None, :], other=0.0)
-    b_xp = (load_tile(k, prev, m_p, i_h, o_k, m_k, H, K) * exp_e(b_bL[None, :] - load_tile(b, prev, m_p, i_h, o_k, m_k, H, K))
-            * tl.dot(b_vp.to(tl.float32), tl.trans(b_dh), input_precision=F32_DOT))  # [BT, BK]
+    # X_s = k̂_s ⊙ (dH v_s), whose dH v_s is also the state term of dk (gla.9): one product for both
+    b_dkin = tl.dot(b_v.to(tl.float32), tl.trans(b_dh), input_precision=F32_DOT)  # [BT, BK]
+    b_x = b_k * exp_e(b_bL[None, :] - b_b) * b_dkin  # past the end: k = 0, b = b_L
+    # Σ_{s<t} X_s: X moved down one row in registers (row t takes row t − 1, row 0 takes 0), then an
+    # inclusive cumsum (no total − suffix difference, whose terms would cancel under strong decay)
+    up = tl.broadcast_to(tl.maximum(o_t - 1, 0)[:, None], (BT, BK))
+    b_xp = tl.where((o_t > 0)[:, None], tl.gather(b_x, up, axis=0), 0.0)
     b_state = exp_e(b_bL) * tl.sum(b_h * b_dh, axis=1)  # exp(b_L) ⊙ rowsum(h ⊙ dH)
     # (gla.10) P = q ⊙ dq° − k ⊙ dk° + q̄ ⊙ (do hᵀ): every diagonal term left out
     b_dqbar = tl.dot(b_do, tl.trans(b_h.to(dtype)), input_precision=F32_DOT)  # [BT, BK]
@@ -579,7 +579,6 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
     # the diagonal terms (s = r), which carry no gate gradient, and the state terms of (gla.9)
     b_dA_diag = tl.sum(b_do.to(tl.float32) * b_v.to(tl.float32), axis=1)  # [BT] do_r · v_r
     b_dq += scale * b_dA_diag[:, None] * b_k + exp_e(b_b) * scale * b_dqbar
-    b_dkin = tl.dot(b_v.to(tl.float32), tl.trans(b_dh), input_precision=F32_DOT)  # [BT, BK]
     b_dk += scale * b_dA_diag[:, None] * b_q + exp_e(b_bL[None, :] - b_b) * b_dkin
     tl.store(dq + p_t, b_dq.to(dq.dtype.element_ty), mask=m_tk)
     tl.store(dk + p_t, b_dk.to(dk.dtype.element_ty), mask=m_tk)
