@@ -6,17 +6,19 @@ rows, start = end for an unused slot; per-chunk states are stored by slot. The p
 arrives as one array `gk` (the glue folds g into it, NOTES.md (gla.1)).
 
 forward
-* `chunk_b_a_kernel`     (slot, head): chunk-local prefix sums b of the log-decay (gla.3), float32, and,
-                         for a chunk that is not direct (gla.12), its rows of A, one sub-chunk of 16 rows
-                         at a time, with decay ratios that are never exp of a positive number (gla.5, gla.6);
-                         kept for the backward. The backward's call (b again) is the same launch.
+* `chunk_b_kernel`       (slot, head): chunk-local prefix sums b of the log-decay (gla.3), float32, and
+                         whether the chunk is split into sub-chunks (not direct, gla.12), a flag per chunk.
+                         The backward's call (b again) is the same launch.
 * `chunk_h_kernel`       (V block, sequence·head, K block): the state at every chunk boundary, one sweep (gla.4).
+* `chunk_a_kernel`       (CB slots, head): the rows of A of the flagged chunks, one sub-chunk of 16 rows at a
+                         time, with decay ratios that are never exp of a positive number (gla.5, gla.6);
+                         kept for the backward.
 * `chunk_o_kernel`       (V block, slot, head): o = q̄ h + A v (gla.5), whole-chunk products.
 backward
 * `chunk_dh_kernel`      (V block, sequence·head, K block): dH at every chunk end, one reverse sweep (gla.7).
 * `chunk_dv_kernel`      (V block, slot, head): dv (gla.8).
-* `chunk_dqk_intra_kernel` (slot, head): the strict intra-chunk parts dq°, dk° of (gla.9) of a chunk that is
-                         not direct, one sub-chunk at a time.
+* `chunk_dqk_intra_kernel` (CB slots, head): the strict intra-chunk parts dq°, dk° of (gla.9) of the flagged
+                         chunks, one sub-chunk at a time.
 * `chunk_dqkg_kernel`    (K block, slot, head): dq, dk (gla.9) and the log-decay gradient (gla.10).
 
 Matrix products take the inputs' dtype where the reference rounds to it (bfloat16 tensor cores),
@@ -267,20 +269,16 @@ def _sub_chunk_a(q, k, b, A, i_c, start, end, i_h, scale, H: tl.constexpr, K: tl
 
 @triton.heuristics({"USE_GK": given("gk")})
 @triton.jit
-def chunk_b_a_kernel(gk, q, k, bounds,  # inputs
-                     b, A,  # outputs: b [TT, H, K] float32; A [TT, H, BT] in the inputs' dtype
-                     scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                     F32_DOT: tl.constexpr, USE_GK: tl.constexpr):
-    """(gla.3) b_r = Σ_{t ≤ r} a_t within the chunk (zeros without a gate), and, unless the chunk is direct
-    (gla.12), its intra-chunk attention A (gla.5), one sub-chunk of 16 rows at a time (gla.6, gla.11).
-
-    One program per chunk: the chunk's b is in registers when it is decided whether the chunk is direct,
-    and a direct chunk (with the usual gates nearly all of them) costs nothing more; before, a cumsum
-    kernel wrote b and an A kernel of one program per sub-chunk read two rows of it back to decide."""
+def chunk_b_kernel(gk, bounds,  # inputs
+                   b, split,  # outputs: b [TT, H, K] float32; split [NS, H] int32
+                   H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, USE_GK: tl.constexpr):
+    """(gla.3) b_r = Σ_{t ≤ r} a_t within the chunk, float32 (zeros without a gate), and `split`: 1 where the
+    chunk has rows and is not direct (gla.12), so that its A and dq°, dk° are formed one sub-chunk at a time
+    (`chunk_a_kernel`, `chunk_dqk_intra_kernel`), else 0. Decided from the float32 values just stored, by the
+    same expression `_chunk_direct` evaluates on the rows it reads back in the o, dv and dqkg kernels, so
+    every kernel takes the same path for a chunk."""
     i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
     start, end = slot_rows(bounds, i_s)
-    if start >= end:
-        return
     o_t = tl.arange(0, BT)
     rows = start + o_t
     m_t = rows < end
@@ -290,15 +288,31 @@ def chunk_b_a_kernel(gk, q, k, bounds,  # inputs
     if USE_GK:
         b_b = tl.cumsum(load_tile(gk, rows, m_t, i_h, o_k, m_k, H, K), axis=0)  # [BT, BK]
     tl.store(b + (rows[:, None] * H + i_h) * K + o_k[None, :], b_b, mask=m_t[:, None] & m_k[None, :])
-    # (gla.12) from the same float32 values the other kernels' `_chunk_direct` reads back: rows 0 and
-    # end − 1 of the chunk (columns past K are 0 in both rows)
-    b_first = tl.sum(tl.where(o_t[:, None] == 0, b_b, 0.0), axis=0)
+    b_first = tl.sum(tl.where(o_t[:, None] == 0, b_b, 0.0), axis=0)  # columns past K: 0 in both rows
     b_last = tl.sum(tl.where(o_t[:, None] == end - 1 - start, b_b, 0.0), axis=0)
-    if tl.max(b_first - b_last, axis=0) <= RHO:
-        return  # the o and dv kernels form this chunk's A themselves
-    tl.debug_barrier()  # b's rows, stored above by every thread of the program, are read back below
-    for i_c in range(0, tl.cdiv(end - start, BC)):
-        _sub_chunk_a(q, k, b, A, i_c, start, end, i_h, scale, H, K, BT, BK, F32_DOT)
+    direct = tl.max(b_first - b_last, axis=0) <= RHO
+    tl.store(split + i_s * H + i_h, ((start < end) & (direct == 0)).to(tl.int32))
+
+
+@triton.jit
+def chunk_a_kernel(q, k, b, bounds, split,  # inputs
+                   A,  # output [TT, H, BT]: the intra-chunk attention, in the inputs' dtype
+                   NS, scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                   BK: tl.constexpr, F32_DOT: tl.constexpr, CB: tl.constexpr):
+    """(gla.5) A of the chunks in slots CB·i … CB·i + CB − 1 at one head that `split` marks, one sub-chunk of
+    16 rows at a time (gla.6, gla.11). A direct chunk's rows are left unwritten (the o and dv kernels form
+    them): with the usual gates nearly every chunk is direct, and the program returns after one load of
+    CB flags."""
+    i_b, i_h = tl.program_id(0), tl.program_id(1)
+    o_b = i_b * CB + tl.arange(0, CB)
+    b_split = tl.load(split + o_b.to(tl.int64) * H + i_h, mask=o_b < NS, other=0)
+    if tl.max(b_split, axis=0) == 0:
+        return
+    for c in range(0, CB):
+        if tl.sum(tl.where(tl.arange(0, CB) == c, b_split, 0), axis=0) != 0:
+            start, end = slot_rows(bounds, (i_b * CB + c).to(tl.int64))
+            for i_c in range(0, tl.cdiv(end - start, BC)):
+                _sub_chunk_a(q, k, b, A, i_c, start, end, i_h, scale, H, K, BT, BK, F32_DOT)
 
 
 @triton.autotune(configs=block_configs("BV"), key=["H", "K", "V", "BT"],
@@ -522,20 +536,24 @@ def _sub_chunk_dqk(q, k, v, do, b, dq_s, dk_s, i_c, start, end, i_h, scale, H: t
 
 
 @triton.jit
-def chunk_dqk_intra_kernel(q, k, v, do, b, bounds,  # inputs
+def chunk_dqk_intra_kernel(q, k, v, do, b, bounds, split,  # inputs
                            dq_s, dk_s,  # outputs [TT, H, K] float32: the strict intra-chunk parts of (gla.9)
-                           scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                           BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
-    """dq°, dk° of (gla.10) for a chunk that is not direct (gla.12), one sub-chunk of 16 rows at a time; a
-    direct chunk's are formed by chunk_dqkg_kernel, and its program returns after reading two rows of b."""
-    i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
-    start, end = slot_rows(bounds, i_s)
-    if start >= end:
+                           NS, scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                           BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr,
+                           CB: tl.constexpr):
+    """dq°, dk° of (gla.10) of the chunks in slots CB·i … CB·i + CB − 1 at one head that `split` marks (not
+    direct, gla.12), one sub-chunk of 16 rows at a time; a direct chunk's are formed by chunk_dqkg_kernel."""
+    i_b, i_h = tl.program_id(0), tl.program_id(1)
+    o_b = i_b * CB + tl.arange(0, CB)
+    b_split = tl.load(split + o_b.to(tl.int64) * H + i_h, mask=o_b < NS, other=0)
+    if tl.max(b_split, axis=0) == 0:
         return
-    if _chunk_direct(b, start, end, i_h, H, K, BK):
-        return
-    for i_c in range(0, tl.cdiv(end - start, BC)):
-        _sub_chunk_dqk(q, k, v, do, b, dq_s, dk_s, i_c, start, end, i_h, scale, H, K, V, BT, BK, BV, F32_DOT)
+    for c in range(0, CB):
+        if tl.sum(tl.where(tl.arange(0, CB) == c, b_split, 0), axis=0) != 0:
+            start, end = slot_rows(bounds, (i_b * CB + c).to(tl.int64))
+            for i_c in range(0, tl.cdiv(end - start, BC)):
+                _sub_chunk_dqk(q, k, v, do, b, dq_s, dk_s, i_c, start, end, i_h, scale, H, K, V, BT, BK, BV,
+                               F32_DOT)
 
 
 @triton.autotune(configs=block_configs("BK", (16, 32, 64)), key=["H", "K", "V", "BT"],
