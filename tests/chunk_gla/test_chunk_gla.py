@@ -378,9 +378,8 @@ def test_bad_residuals_raise():
 
 # ----------------------------------------------------------------------------- tuning
 
-AUTOTUNED = {"chunk_h_kernel": "forward", "chunk_a_kernel": "forward", "chunk_o_kernel": "forward",
-             "chunk_dh_kernel": "backward", "chunk_dv_kernel": "backward", "chunk_dqk_intra_kernel": "backward",
-             "chunk_dqkg_kernel": "backward"}
+AUTOTUNED = {"chunk_h_kernel": "forward", "chunk_o_kernel": "forward", "chunk_dh_kernel": "backward",
+             "chunk_dv_kernel": "backward", "chunk_dqkg_kernel": "backward"}
 
 
 TUNING_CHUNK = 32

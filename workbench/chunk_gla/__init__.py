@@ -201,26 +201,31 @@ def _state_sweep(x, y, b, init, cu, bounds, static: _Static, tune, *, reverse: b
     return final, states
 
 
-def _cumsum(a, bounds, TT: int, H: int, K: int, BK: int, static: _Static, tune):
-    """b = the gate's cumulative sum inside each chunk (gla.2), float32 [TT, H, K]."""
-    return triton_call(a, bounds, kernel=kernels.chunk_cumsum_kernel,
-                       out_shape=jax.ShapeDtypeStruct((TT, H, K), jnp.float32), grid=(bounds.shape[0], H),
-                       tune_inputs=tune, name="workbench_chunk_gla_cumsum", H=H, K=K, BT=static.chunk_size, BK=BK)
+CB = 4  # chunk slots per program of the kernels that work only on chunks that are not direct (gla.12)
 
 
-def _states_and_a(q, k, v, b, h0, cu, bounds, static: _Static, tune):
-    """(final state, chunk-start states hs, A) from the gate's cumulative sums b: the forward state sweep (gla.4,
-    gla.13) and the intra-chunk matrix (gla.5, gla.11; only chunks that are not direct, gla.12). The forward's,
-    and with `Tuning(residuals="recompute")` the backward's again."""
+def _b_and_split(a, bounds, TT: int, H: int, K: int, BK: int, static: _Static):
+    """(b, split): the gate's cumulative sums inside each chunk (gla.3), float32 [TT, H, K], and whether each
+    chunk is not direct (gla.12), int32 [NS, H]. The forward's launch and the backward's alike, so XLA merges
+    them where both run in one program."""
+    return triton_call(
+        a, bounds, kernel=kernels.chunk_b_kernel,
+        out_shape=[jax.ShapeDtypeStruct((TT, H, K), jnp.float32),
+                   jax.ShapeDtypeStruct((bounds.shape[0], H), jnp.int32)],
+        grid=(bounds.shape[0], H), name="workbench_chunk_gla_b", H=H, K=K, BT=static.chunk_size, BK=BK)
+
+
+def _a(q, k, b, bounds, split, static: _Static):
+    """The intra-chunk matrix A (gla.5, gla.11) of the chunks `split` marks, in the inputs' dtype [TT, H, BT];
+    a direct chunk's rows are left unwritten (the o and dv kernels form them)."""
     TT, H, _ = q.shape
-    K, _, BK = _dims(q, v)
+    K, _, BK = _dims(q, q)
     BT = static.chunk_size
-    ht, hs = _state_sweep(k, v, b, h0, cu, bounds, static, tune, reverse=False)
-    A = triton_call(
-        q, k, b, bounds, kernel=kernels.chunk_a_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, BT), v.dtype),
-        grid=(BT // kernels.SUB_CHUNK, bounds.shape[0], H), tune_inputs=tune, name="workbench_chunk_gla_a",
-        scale=static.scale, F32_DOT=_f32_dot(q), H=H, K=K, BT=BT, BK=BK)
-    return ht, hs, A
+    NS = bounds.shape[0]
+    return triton_call(
+        q, k, b, bounds, split, kernel=kernels.chunk_a_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, BT), q.dtype),
+        grid=(triton.cdiv(NS, CB), H), name="workbench_chunk_gla_a", num_warps=4, num_stages=1, NS=NS,
+        scale=static.scale, F32_DOT=_f32_dot(q), H=H, K=K, BT=BT, BK=BK, CB=CB)
 
 
 def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
@@ -233,8 +238,9 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     bounds = chunk_bounds(cu, TT, BT)  # [NS, 2] int32
     tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
-    b = _cumsum(a, bounds, TT, H, K, BK, static, tune)
-    ht, hs, A = _states_and_a(q, k, v, b, h0, cu, bounds, static, tune)
+    b, split = _b_and_split(a, bounds, TT, H, K, BK, static)
+    ht, hs = _state_sweep(k, v, b, h0, cu, bounds, static, tune, reverse=False)  # (gla.4, gla.13)
+    A = _a(q, k, b, bounds, split, static)
     o = triton_call(
         q, k, v, b, hs, A, bounds, kernel=kernels.chunk_o_kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
         grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), tune_inputs=tune, name="workbench_chunk_gla_o",
@@ -253,8 +259,12 @@ def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):
     tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
     f32 = jnp.float32
-    b = _cumsum(a, bounds, TT, H, K, BK, static, tune)
-    hs, A = _states_and_a(q, k, v, b, h0, cu, bounds, static, tune)[1:] if residuals is None else residuals
+    b, split = _b_and_split(a, bounds, TT, H, K, BK, static)
+    if residuals is None:
+        hs = _state_sweep(k, v, b, h0, cu, bounds, static, tune, reverse=False)[1]
+        A = _a(q, k, b, bounds, split, static)
+    else:
+        hs, A = residuals
     common = dict(H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
     dh0, dhs = _state_sweep(q, do, b, dht, cu, bounds, static, tune, reverse=True)
     dv = triton_call(
@@ -263,9 +273,10 @@ def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):
         tune_inputs=tune, name="workbench_chunk_gla_dv", scale=static.scale, BK=BK, **common)
     BV = max(16, triton.next_power_of_2(V))
     dq_s, dk_s = triton_call(
-        q, k, v, do, b, bounds, kernel=kernels.chunk_dqk_intra_kernel,
-        out_shape=[jax.ShapeDtypeStruct((TT, H, K), f32)] * 2, grid=(BT // kernels.SUB_CHUNK, NS, H),
-        tune_inputs=tune, name="workbench_chunk_gla_dqk_intra", scale=static.scale, BK=BK, BV=BV, **common)
+        q, k, v, do, b, bounds, split, kernel=kernels.chunk_dqk_intra_kernel,
+        out_shape=[jax.ShapeDtypeStruct((TT, H, K), f32)] * 2, grid=(triton.cdiv(NS, CB), H),
+        name="workbench_chunk_gla_dqk_intra", num_warps=4, num_stages=1, NS=NS, CB=CB, scale=static.scale, BK=BK,
+        BV=BV, **common)
     dq, dk, da = triton_call(
         q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds, kernel=kernels.chunk_dqkg_kernel,
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),

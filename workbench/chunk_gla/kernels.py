@@ -6,16 +6,19 @@ rows, start = end for an unused slot; per-chunk states are stored by slot. The p
 arrives as one array `gk` (the glue folds g into it, NOTES.md (gla.1)).
 
 forward
-* `chunk_cumsum_kernel`  (slot, head): chunk-local prefix sums b of the log-decay (gla.3), float32.
+* `chunk_b_kernel`       (slot, head): chunk-local prefix sums b of the log-decay (gla.3), float32, and
+                         whether the chunk is split into sub-chunks (not direct, gla.12), a flag per chunk.
+                         The backward's call (b again) is the same launch.
 * `chunk_h_kernel`       (V block, sequence·head, K block): the state at every chunk boundary, one sweep (gla.4).
-* `chunk_a_kernel`       (sub-chunk, slot, head): the rows of A of one sub-chunk of 16 rows, with decay
-                         ratios that are never exp of a positive number (gla.5, gla.6); kept for the
-                         backward.
+* `chunk_a_kernel`       (CB slots, head): the rows of A of the flagged chunks, one sub-chunk of 16 rows at a
+                         time, with decay ratios that are never exp of a positive number (gla.5, gla.6);
+                         kept for the backward.
 * `chunk_o_kernel`       (V block, slot, head): o = q̄ h + A v (gla.5), whole-chunk products.
 backward
 * `chunk_dh_kernel`      (V block, sequence·head, K block): dH at every chunk end, one reverse sweep (gla.7).
 * `chunk_dv_kernel`      (V block, slot, head): dv (gla.8).
-* `chunk_dqk_intra_kernel` (sub-chunk, slot, head): the strict intra-chunk parts dq°, dk° of (gla.9).
+* `chunk_dqk_intra_kernel` (CB slots, head): the strict intra-chunk parts dq°, dk° of (gla.9) of the flagged
+                         chunks, one sub-chunk at a time.
 * `chunk_dqkg_kernel`    (K block, slot, head): dq, dk (gla.9) and the log-decay gradient (gla.10).
 
 Matrix products take the inputs' dtype where the reference rounds to it (bfloat16 tensor cores),
@@ -26,8 +29,9 @@ float32. Exponentials use exp2 of the exponent times log2(e).
 import triton
 import triton.language as tl
 
-from ..tl_chunked import (BC, DIRECT_RANGE, RHO, SUB_CHUNK, block_configs, chunk_cumsum_kernel,  # noqa: F401
-                          chunk_state_pass_kernel, load_row, load_tile, prune_blocks, segment_prologue,
+from ..launch import given
+from ..tl_chunked import (BC, DIRECT_RANGE, RHO, SUB_CHUNK, block_configs, chunk_state_pass_kernel,  # noqa: F401
+                          load_row, load_tile, prune_blocks, segment_prologue,
                           sequence_rows, slot_rows, sweep_chunk, sweep_prologue)
 from ..tl_helpers import exp_e
 
@@ -232,27 +236,10 @@ def _dqk_own_row(b_dq, b_dk, j, q, k, b, row0, end, b_bi, b_bL, b_dA_own, o_c, i
     return b_dq, b_dk
 
 
-def _row_loop_configs():
-    """The own-block row loop as a device loop or unrolled (its 16 row loads can then be issued early),
-    at 4 or 2 warps. Not measured one by one: the autotuner times all four and keeps the fastest, as it
-    has in every autotuned chunk_gla run on a GPU since they came (H200 and H100 records from
-    chunk_gla-20261121T203513Z on); the GPU tests run the first."""
-    return [triton.Config({"UNROLL": u}, num_warps=w, num_stages=1) for u in (False, True) for w in (4, 2)]
-
-
-@triton.autotune(configs=_row_loop_configs(), key=["H", "K", "BT"])
 @triton.jit
-def chunk_a_kernel(q, k, b, bounds,  # inputs
-                   A,  # output [TT, H, BT]: the intra-chunk attention, in the inputs' dtype
-                   scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                   F32_DOT: tl.constexpr, UNROLL: tl.constexpr):
-    """(gla.5) A[r, s] = scale Σ_k q_r k_s exp(b_r − b_s) for s ≤ r (else 0), rows of one sub-chunk."""
-    i_c, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
-    start, end = slot_rows(bounds, i_s)
-    if start + i_c * BC >= end:
-        return
-    if _chunk_direct(b, start, end, i_h, H, K, BK):
-        return  # (gla.12) the o and dv kernels form this chunk's A themselves
+def _sub_chunk_a(q, k, b, A, i_c, start, end, i_h, scale, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                 BK: tl.constexpr, F32_DOT: tl.constexpr):
+    """(gla.5) A[r, s] = scale Σ_k q_r k_s exp(b_r − b_s) for s ≤ r (else 0), the rows of sub-chunk i_c."""
     o_k = tl.arange(0, BK)
     m_k = o_k < K
     o_t = tl.arange(0, BT)
@@ -273,16 +260,59 @@ def chunk_a_kernel(q, k, b, bounds,  # inputs
     b_A = tl.where(o_t[None, :] <= (own0 + o_c)[:, None], b_A, 0.0)  # s ≤ r
     if not direct:
         # the own block, one key row j at a time: every kept ratio is exp of a number ≤ 0
-        if UNROLL:
-            for j in tl.static_range(BC):
-                b_A = _a_own_column(b_A, j, k, b, start + own0, end, b_qi, b_bi, b_bL, o_c, o_t, own0, i_h, o_k, m_k,
-                                    H, K)
-        else:
-            for j in range(0, BC):
-                b_A = _a_own_column(b_A, j, k, b, start + own0, end, b_qi, b_bi, b_bL, o_c, o_t, own0, i_h, o_k, m_k,
-                                    H, K)
+        for j in range(0, BC):
+            b_A = _a_own_column(b_A, j, k, b, start + own0, end, b_qi, b_bi, b_bL, o_c, o_t, own0, i_h, o_k, m_k,
+                                H, K)
     b_A *= scale
     tl.store(A + (rows_i[:, None] * H + i_h) * BT + o_t[None, :], b_A.to(A.dtype.element_ty), mask=m_i[:, None])
+
+
+@triton.heuristics({"USE_GK": given("gk")})
+@triton.jit
+def chunk_b_kernel(gk, bounds,  # inputs
+                   b, split,  # outputs: b [TT, H, K] float32; split [NS, H] int32
+                   H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, USE_GK: tl.constexpr):
+    """(gla.3) b_r = Σ_{t ≤ r} a_t within the chunk, float32 (zeros without a gate), and `split`: 1 where the
+    chunk has rows and is not direct (gla.12), so that its A and dq°, dk° are formed one sub-chunk at a time
+    (`chunk_a_kernel`, `chunk_dqk_intra_kernel`), else 0. Decided from the float32 values just stored, by the
+    same expression `_chunk_direct` evaluates on the rows it reads back in the o, dv and dqkg kernels, so
+    every kernel takes the same path for a chunk."""
+    i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    start, end = slot_rows(bounds, i_s)
+    o_t = tl.arange(0, BT)
+    rows = start + o_t
+    m_t = rows < end
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    b_b = tl.zeros([BT, BK], tl.float32)
+    if USE_GK:
+        b_b = tl.cumsum(load_tile(gk, rows, m_t, i_h, o_k, m_k, H, K), axis=0)  # [BT, BK]
+    tl.store(b + (rows[:, None] * H + i_h) * K + o_k[None, :], b_b, mask=m_t[:, None] & m_k[None, :])
+    b_first = tl.sum(tl.where(o_t[:, None] == 0, b_b, 0.0), axis=0)  # columns past K: 0 in both rows
+    b_last = tl.sum(tl.where(o_t[:, None] == end - 1 - start, b_b, 0.0), axis=0)
+    direct = tl.max(b_first - b_last, axis=0) <= RHO
+    tl.store(split + i_s * H + i_h, ((start < end) & (direct == 0)).to(tl.int32))
+
+
+@triton.jit
+def chunk_a_kernel(q, k, b, bounds, split,  # inputs
+                   A,  # output [TT, H, BT]: the intra-chunk attention, in the inputs' dtype
+                   NS, scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                   BK: tl.constexpr, F32_DOT: tl.constexpr, CB: tl.constexpr):
+    """(gla.5) A of the chunks in slots CB·i … CB·i + CB − 1 at one head that `split` marks, one sub-chunk of
+    16 rows at a time (gla.6, gla.11). A direct chunk's rows are left unwritten (the o and dv kernels form
+    them): with the usual gates nearly every chunk is direct, and the program returns after one load of
+    CB flags."""
+    i_b, i_h = tl.program_id(0), tl.program_id(1)
+    o_b = i_b * CB + tl.arange(0, CB)
+    b_split = tl.load(split + o_b.to(tl.int64) * H + i_h, mask=o_b < NS, other=0)
+    if tl.max(b_split, axis=0) == 0:
+        return
+    for c in range(0, CB):
+        if tl.sum(tl.where(tl.arange(0, CB) == c, b_split, 0), axis=0) != 0:
+            start, end = slot_rows(bounds, (i_b * CB + c).to(tl.int64))
+            for i_c in range(0, tl.cdiv(end - start, BC)):
+                _sub_chunk_a(q, k, b, A, i_c, start, end, i_h, scale, H, K, BT, BK, F32_DOT)
 
 
 @triton.autotune(configs=block_configs("BV"), key=["H", "K", "V", "BT"],
@@ -454,21 +484,11 @@ def chunk_dv_kernel(q, k, do, b, A, dhs, bounds,  # inputs
              mask=m_t[:, None] & m_v[None, :])
 
 
-@triton.autotune(configs=_row_loop_configs(), key=["H", "K", "V", "BT"])
 @triton.jit
-def chunk_dqk_intra_kernel(q, k, v, do, b, bounds,  # inputs
-                           dq_s, dk_s,  # outputs [TT, H, K] float32: the strict intra-chunk parts of (gla.9)
-                           scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                           BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr,
-                           UNROLL: tl.constexpr):
-    """(gla.9) scale Σ_{s < r} dA[r, s] k_s ⊙ exp(b_r − b_s) for the queries of one sub-chunk, and
+def _sub_chunk_dqk(q, k, v, do, b, dq_s, dk_s, i_c, start, end, i_h, scale, H: tl.constexpr, K: tl.constexpr,
+                   V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+    """(gla.9) scale Σ_{s < r} dA[r, s] k_s ⊙ exp(b_r − b_s) for the queries of sub-chunk i_c, and
     scale Σ_{r > s} dA[r, s] q_r ⊙ exp(b_r − b_s) for its keys: dq°, dk° of (gla.10), no diagonal."""
-    i_c, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
-    start, end = slot_rows(bounds, i_s)
-    if start + i_c * BC >= end:
-        return
-    if _chunk_direct(b, start, end, i_h, H, K, BK):
-        return  # (gla.12) chunk_dqkg_kernel forms this chunk's dq°, dk° itself
     o_k = tl.arange(0, BK)
     o_v = tl.arange(0, BV)
     m_k, m_v = o_k < K, o_v < V
@@ -506,18 +526,34 @@ def chunk_dqk_intra_kernel(q, k, v, do, b, bounds,  # inputs
         # the own block strictly below its diagonal, one row j at a time (every kept exponent ≤ 0):
         # as a key, row j feeds the queries r > j; as a query, it feeds the keys s < j
         b_dA_own = tl.dot(b_doi, tl.trans(b_vi), input_precision=F32_DOT)  # [BC, BC]
-        if UNROLL:
-            for j in tl.static_range(BC):
-                b_dq, b_dk = _dqk_own_row(b_dq, b_dk, j, q, k, b, start + own0, end, b_bi, b_bL, b_dA_own, o_c, i_h,
-                                          o_k, m_k, H, K)
-        else:
-            for j in range(0, BC):
-                b_dq, b_dk = _dqk_own_row(b_dq, b_dk, j, q, k, b, start + own0, end, b_bi, b_bL, b_dA_own, o_c, i_h,
-                                          o_k, m_k, H, K)
+        for j in range(0, BC):
+            b_dq, b_dk = _dqk_own_row(b_dq, b_dk, j, q, k, b, start + own0, end, b_bi, b_bL, b_dA_own, o_c, i_h,
+                                      o_k, m_k, H, K)
     p_i = (rows_i[:, None] * H + i_h) * K + o_k[None, :]
     m_ik = m_i[:, None] & m_k[None, :]
     tl.store(dq_s + p_i, b_dq * scale, mask=m_ik)
     tl.store(dk_s + p_i, b_dk * scale, mask=m_ik)
+
+
+@triton.jit
+def chunk_dqk_intra_kernel(q, k, v, do, b, bounds, split,  # inputs
+                           dq_s, dk_s,  # outputs [TT, H, K] float32: the strict intra-chunk parts of (gla.9)
+                           NS, scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                           BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr,
+                           CB: tl.constexpr):
+    """dq°, dk° of (gla.10) of the chunks in slots CB·i … CB·i + CB − 1 at one head that `split` marks (not
+    direct, gla.12), one sub-chunk of 16 rows at a time; a direct chunk's are formed by chunk_dqkg_kernel."""
+    i_b, i_h = tl.program_id(0), tl.program_id(1)
+    o_b = i_b * CB + tl.arange(0, CB)
+    b_split = tl.load(split + o_b.to(tl.int64) * H + i_h, mask=o_b < NS, other=0)
+    if tl.max(b_split, axis=0) == 0:
+        return
+    for c in range(0, CB):
+        if tl.sum(tl.where(tl.arange(0, CB) == c, b_split, 0), axis=0) != 0:
+            start, end = slot_rows(bounds, (i_b * CB + c).to(tl.int64))
+            for i_c in range(0, tl.cdiv(end - start, BC)):
+                _sub_chunk_dqk(q, k, v, do, b, dq_s, dk_s, i_c, start, end, i_h, scale, H, K, V, BT, BK, BV,
+                               F32_DOT)
 
 
 @triton.autotune(configs=block_configs("BK", (16, 32, 64)), key=["H", "K", "V", "BT"],
