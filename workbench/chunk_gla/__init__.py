@@ -249,7 +249,8 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
 
 
 def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):
-    """Gradients of (q, k, v, a, h0); da float32. residuals: the forward's (hs, A), or None to form them again
+    """Gradients of (q, k, v, a, h0); da in a's dtype (float32 without a gate), stored so by the dqkg kernel's
+    rounding store, not by a conversion after it. residuals: the forward's (hs, A), or None to form them again
     (`Tuning(residuals="recompute")`)."""
     TT, H, _ = q.shape
     K, V, BK = _dims(q, v)
@@ -280,7 +281,7 @@ def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):
     dq, dk, da = triton_call(
         q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds, kernel=kernels.chunk_dqkg_kernel,
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
-                   jax.ShapeDtypeStruct((TT, H, K), f32)],
+                   jax.ShapeDtypeStruct((TT, H, K), f32 if a is None else a.dtype)],
         grid=lambda meta: (triton.cdiv(K, meta["BK"]), NS, H), tune_inputs=tune, name="workbench_chunk_gla_dqkg",
         scale=static.scale, BV=BV, **common)
     return dq, dk, dv, da, dh0
@@ -311,7 +312,7 @@ def _chunk_gla_packed_bwd(static: _Static, residuals, cotangents):
         _, vjp = jax.vjp(lambda q, k, v, a, h0: _reference_packed(q, k, v, a, h0, cu, static), q, k, v, a, h0)
         return summed_grads((*vjp((do, dht)), None), (q, k, v, a, h0))
     dq, dk, dv, da, dh0 = _backward(q, k, v, a, h0, saved, cu, do.astype(v.dtype), dht.astype(jnp.float32), static)
-    return summed_grads((dq, dk, dv, (None if a is None else da.astype(a.dtype)), dh0, None), (q, k, v, a, h0))
+    return summed_grads((dq, dk, dv, da if a is not None else None, dh0, None), (q, k, v, a, h0))
 
 
 _chunk_gla_packed.defvjp(_chunk_gla_packed_fwd, _chunk_gla_packed_bwd)

@@ -288,9 +288,11 @@ def chunk_b_kernel(gk, bounds,  # inputs
     if USE_GK:
         b_b = tl.cumsum(load_tile(gk, rows, m_t, i_h, o_k, m_k, H, K), axis=0)  # [BT, BK]
     tl.store(b + (rows[:, None] * H + i_h) * K + o_k[None, :], b_b, mask=m_t[:, None] & m_k[None, :])
-    b_first = tl.sum(tl.where(o_t[:, None] == 0, b_b, 0.0), axis=0)  # columns past K: 0 in both rows
-    b_last = tl.sum(tl.where(o_t[:, None] == end - 1 - start, b_b, 0.0), axis=0)
-    direct = tl.max(b_first - b_last, axis=0) <= RHO
+    # b_first − b_last per column as one sum over rows: its only terms besides zeros are b_first and −b_last
+    # (or b − b = 0 for a one-row chunk), so it is their difference rounded once, as `_chunk_direct` forms it
+    # (columns past K: 0)
+    span = tl.sum(tl.where(o_t[:, None] == 0, b_b, 0.0) - tl.where(o_t[:, None] == end - 1 - start, b_b, 0.0), axis=0)
+    direct = tl.max(span, axis=0) <= RHO
     tl.store(split + i_s * H + i_h, ((start < end) & (direct == 0)).to(tl.int32))
 
 
