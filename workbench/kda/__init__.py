@@ -407,8 +407,9 @@ def _recomputed(q, k, v, g, beta, h0, cu, A, Aqk, starts, static: _Static):
     return b, A, Aqk, w, hs, delta
 
 
-def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static):
-    """Gradients of (q, k, v, g, beta, h0): dg, dβ float32."""
+def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static, dg_dtype=jnp.float32):
+    """Gradients of (q, k, v, g, beta, h0): dg in `dg_dtype` (g's) and dβ in β's, rounded by the last kernel's
+    stores (float32 inside every kernel before them), not by conversions after it."""
     b, A, Aqk, w, hs, delta = residuals
     TT, H, _ = q.shape
     K, V, _ = _dims(q, v)
@@ -444,7 +445,8 @@ def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static):
     common.pop("V")
     dq, dk, dg, dbeta = triton_call(
         q, k, b, beta, dAqk, dL, dq_s, dk_s, dg_s, dbeta_s, bounds, kernel=backward_kernels.chunk_kda_bwd_intra_kernel,
-        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype), rows_k, rows_1],
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
+                   jax.ShapeDtypeStruct((TT, H, K), dg_dtype), jax.ShapeDtypeStruct((TT, H), beta.dtype)],
         grid=(NS, H), tune_inputs=tune, name="workbench_kda_bwd_intra", scale=static.scale,
         WHOLE_SPAN=_whole_span(static), **common)
     return dq, dk, dv, dg, dbeta, dh0
@@ -479,8 +481,8 @@ def _chunk_kda_packed_bwd(static: _Static, residuals, cotangents):
         _, vjp = jax.vjp(lambda *x: _reference_packed(*x, cu, static), q, k, v, g, beta, h0)
         return summed_grads((*vjp((do, dht)), None), (q, k, v, g, beta, h0))
     dq, dk, dv, dg, dbeta, dh0 = _backward(q, k, v, beta, cu, saved, do.astype(v.dtype), dht.astype(jnp.float32),
-                                           static)
-    return summed_grads((dq, dk, dv, dg.astype(g.dtype), dbeta.astype(beta.dtype), dh0, None), (q, k, v, g, beta, h0))
+                                           static, dg_dtype=g.dtype)
+    return summed_grads((dq, dk, dv, dg, dbeta, dh0, None), (q, k, v, g, beta, h0))
 
 
 _chunk_kda_packed.defvjp(_chunk_kda_packed_fwd, _chunk_kda_packed_bwd)
