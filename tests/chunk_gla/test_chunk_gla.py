@@ -195,6 +195,26 @@ def test_own_block_product_and_row_loop_in_one_call(dtype):
     assert all(bool(jnp.all(jnp.isfinite(x.astype(jnp.float32)))) for x in kernel.values())
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=lambda d: jnp.dtype(d).name)
+def test_a_chunk_spanning_exactly_the_direct_range_takes_one_path_in_every_kernel(dtype):
+    """(gla.12) A chunk whose span is exactly DIRECT_RANGE in float32 (forty steps of −0.5) is direct, one of
+    20.5 is not. The flag of `chunk_b_kernel` (which chunks `chunk_a_kernel` and `chunk_dqk_intra_kernel`
+    work on) and `_chunk_direct` of the o, dv and dqkg kernels must decide alike at the boundary: a kernel that
+    took the other side there would read rows of A or dq°, dk° that were never written."""
+    from workbench.chunk_gla.kernels import DIRECT_RANGE
+
+    T, K = 128, 16
+    inputs = inputs_for(41, 1, T, 1, K, 16, dtype=dtype, gates=("gk",))
+    gk = np.zeros((T, K))
+    gk[1:41] = -0.5  # chunk 0: b_0 − b_63 = 20 exactly (rows 0 and 41-63 do not decay)
+    gk[65:106] = -0.5  # chunk 1: 20.5
+    gk[:, K // 2:] *= 0.5  # half the key columns span half as much
+    spans = [float(np.max(-np.sum(gk[i + 1:i + 64], axis=0))) for i in (0, 64)]
+    assert spans == [DIRECT_RANGE, DIRECT_RANGE + 0.5], spans
+    inputs["gk"] = jnp.asarray(gk[None, :, None, :], inputs["gk"].dtype)
+    check_against_oracle(inputs, 42, chunk_size=64)
+
+
 # ----------------------------------------------------------------------------- variable length
 
 
