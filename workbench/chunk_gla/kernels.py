@@ -95,34 +95,39 @@ def _chunk_product(x0, y0, x1, y1, F32_DOT: tl.constexpr):
 @triton.jit
 def _sweep_loads(x, y, gk, start, end, i_h, o_k, m_k, o_v, m_v, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                  BT: tl.constexpr, USE_GK: tl.constexpr):
-    """One chunk's tiles for a state sweep, in its two halves (`_half_rows`): x and the log-decay a as float32
-    [rows, BK], y as stored [rows, BV]; zeros past the chunk's end, and everywhere for start = end (the load
-    after a sweep's last chunk, which reads nothing). Without a gate a = 0."""
+    """One chunk's tiles for a state sweep, in its two halves (`_half_rows`), as stored: x and the log-decay a
+    [rows, BK], y [rows, BV]; zeros past the chunk's end, and everywhere for start = end (the load after a
+    sweep's last chunk, which reads nothing). Without a gate a = 0. Nothing here uses the loaded values (not
+    even a conversion), so a load issued for the next chunk is waited on only where that chunk's step uses it."""
     rows0, m_t0 = _half_rows(start, end, 0, BT)
     rows1, m_t1 = _half_rows(start, end, 1, BT)
-    b_x0 = load_tile(x, rows0, m_t0, i_h, o_k, m_k, H, K)
-    b_x1 = load_tile(x, rows1, m_t1, i_h, o_k, m_k, H, K)
+    m_k0 = m_t0[:, None] & m_k[None, :]
+    m_k1 = m_t1[:, None] & m_k[None, :]
+    p_k0 = (rows0[:, None] * H + i_h) * K + o_k[None, :]
+    p_k1 = (rows1[:, None] * H + i_h) * K + o_k[None, :]
+    b_x0 = tl.load(x + p_k0, mask=m_k0, other=0.0)
+    b_x1 = tl.load(x + p_k1, mask=m_k1, other=0.0)
     b_y0 = tl.load(y + (rows0[:, None] * H + i_h) * V + o_v[None, :], mask=m_t0[:, None] & m_v[None, :], other=0.0)
     b_y1 = tl.load(y + (rows1[:, None] * H + i_h) * V + o_v[None, :], mask=m_t1[:, None] & m_v[None, :], other=0.0)
     if USE_GK:
-        b_a0 = load_tile(gk, rows0, m_t0, i_h, o_k, m_k, H, K)
-        b_a1 = load_tile(gk, rows1, m_t1, i_h, o_k, m_k, H, K)
+        b_a0 = tl.load(gk + p_k0, mask=m_k0, other=0.0)
+        b_a1 = tl.load(gk + p_k1, mask=m_k1, other=0.0)
     else:
-        b_a0 = tl.zeros_like(b_x0)
-        b_a1 = tl.zeros_like(b_x1)
+        b_a0 = tl.zeros(b_x0.shape, tl.float32)
+        b_a1 = tl.zeros(b_x1.shape, tl.float32)
     return b_x0, b_y0, b_a0, b_x1, b_y1, b_a1
 
 
 @triton.jit
 def _half_b(b_a0, b_a1, BT: tl.constexpr):
-    """(gla.3) b of a chunk's two halves from their log-decays (float32 [rows, BK] each), and b_L, b at its last
+    """(gla.3) b of a chunk's two halves from their log-decays ([rows, BK] each, as loaded), and b_L, b at its last
     row ([BK]): the prefix sums of half 0, then those of half 1 continued from half 0's last. Rows past the
     chunk's end hold a = 0, so b stays at b_L there."""
     HALF: tl.constexpr = BT // 2
     ROWS: tl.constexpr = HALF if HALF >= BC else BC
     last = (tl.arange(0, ROWS) == ROWS - 1)[:, None]
-    b_b0 = tl.cumsum(b_a0, axis=0)
-    b_b1 = tl.cumsum(b_a1, axis=0) + tl.sum(tl.where(last, b_b0, 0.0), axis=0)[None, :]
+    b_b0 = tl.cumsum(b_a0.to(tl.float32), axis=0)
+    b_b1 = tl.cumsum(b_a1.to(tl.float32), axis=0) + tl.sum(tl.where(last, b_b0, 0.0), axis=0)[None, :]
     return b_b0, b_b1, tl.sum(tl.where(last, b_b1, 0.0), axis=0)
 
 
@@ -143,7 +148,7 @@ def _sweep(x, y, gk, b, states, b_h, bos, eos, first_slot, c_lo, c_hi, i_h, o_k,
     first = bos + (c_hi - 1 if REVERSE else c_lo) * BT
     nx0, ny0, na0, nx1, ny1, na1 = _sweep_loads(x, y, gk, first, tl.where(n > 0, tl.minimum(first + BT, eos), first),
                                                 i_h, o_k, m_k, o_v, m_v, H, K, V, BT, USE_GK)
-    b_d = tl.zeros_like(tl.sum(na0, axis=0))
+    b_d = tl.zeros(o_k.shape, tl.float32)
     for cc in range(0, n):
         c = c_hi - 1 - cc if REVERSE else c_lo + cc
         start = bos + c * BT
@@ -161,11 +166,11 @@ def _sweep(x, y, gk, b, states, b_h, bos, eos, first_slot, c_lo, c_hi, i_h, o_k,
         tl.store(b + (rows0[:, None] * H + i_h) * K + o_k[None, :], b_b0, mask=m_t0[:, None] & m_b)
         tl.store(b + (rows1[:, None] * H + i_h) * K + o_k[None, :], b_b1, mask=m_t1[:, None] & m_b)
         if REVERSE:
-            b_x0 = b_x0 * exp_e(b_b0) * scale
-            b_x1 = b_x1 * exp_e(b_b1) * scale
+            b_x0 = b_x0.to(tl.float32) * exp_e(b_b0) * scale
+            b_x1 = b_x1.to(tl.float32) * exp_e(b_b1) * scale
         else:
-            b_x0 = b_x0 * exp_e(b_bL[None, :] - b_b0)  # past the end: x = 0
-            b_x1 = b_x1 * exp_e(b_bL[None, :] - b_b1)
+            b_x0 = b_x0.to(tl.float32) * exp_e(b_bL[None, :] - b_b0)  # past the end: x = 0
+            b_x1 = b_x1.to(tl.float32) * exp_e(b_bL[None, :] - b_b1)
         b_h = b_h * exp_e(b_bL)[:, None] + _chunk_product(b_x0.to(b_y0.dtype), b_y0, b_x1.to(b_y1.dtype), b_y1,
                                                           F32_DOT)
         b_d += b_bL
