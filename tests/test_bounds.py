@@ -214,7 +214,7 @@ def test_address_check_finds_the_unguarded_glue():
             jax.block_until_ready(f(q, jnp.asarray([0, 10, 60], jnp.int32)))
             print("NO ERROR")
         except Exception as err:
-            print("CAUGHT", "OutOfBoundsError" in str(err), "chunk_b_kernel" in str(err))
+            print("CAUGHT", "OutOfBoundsError" in str(err), "chunk_h_kernel" in str(err))
     """)
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert "CAUGHT True True" in run.stdout, run.stdout + run.stderr[-2000:]

@@ -12,29 +12,40 @@ from workbench.bench.traffic import launch_bytes, pass_traffic
 SHAPE = dict(B=1, T=128, H=2, K=16, V=32)
 
 
+def _sizes():
+    T, H, K, V = SHAPE["T"], SHAPE["H"], SHAPE["K"], SHAPE["V"]
+    chunks = T // 64 + SHAPE["B"] + 1  # chunk slots (chunk_size 64, one sequence: workbench._bounds.chunk_slots)
+    return dict(gate=T * H * K * 2, k=T * H * K * 2, v=T * H * V * 2, b=T * H * K * 4, state=H * K * V * 4,
+                states=chunks * H * K * V * 4)
+
+
 def test_each_launch_counts_its_arrays_and_outputs_once():
-    """chunk_gla's first launch is the gate's cumulative sum: it reads the gate (and the chunk bounds, a few
-    int32 rows) and writes float32 [T, H, K] (and a flag per chunk and head, a few int32 rows)."""
+    """chunk_gla's first launch is the forward state sweep: it reads k, v, the gate and the initial state (and the
+    sequence bounds, a few int32 rows) and writes the final state, the state at each chunk slot and the gate's
+    cumulative sums b, float32 [T, H, K]."""
     rows = pass_traffic(bench.OPS["chunk_gla"], SHAPE, jnp.bfloat16, "forward")
-    first = rows[0]
-    gate = SHAPE["T"] * SHAPE["H"] * SHAPE["K"] * 2
-    b = SHAPE["T"] * SHAPE["H"] * SHAPE["K"] * 4
-    assert first.kernel == "chunk_b_kernel"
-    assert b <= first.written < b + 1024, first
-    assert gate <= first.read < gate + 1024, first
+    first, size = rows[0], _sizes()
+    assert first.kernel == "chunk_h_kernel"
+    assert first.written == size["state"] + size["states"] + size["b"], first
+    read = size["k"] + size["v"] + size["gate"] + size["state"]
+    assert read <= first.read < read + 1024, first
     assert [r.kernel for r in rows[-2:]] == ["chunk_a_kernel", "chunk_o_kernel"]
     o = rows[-1]
     assert o.written == SHAPE["T"] * SHAPE["H"] * SHAPE["V"] * 2  # o alone, in the inputs' dtype
 
 
 def test_the_backward_forms_the_gates_cumulative_sums_again():
-    """chunk_gla's forward keeps no cumulative sums for the backward (its NOTES): the backward launches the
-    kernel that forms them a second time, after every forward launch."""
+    """chunk_gla's forward keeps no cumulative sums for the backward (its NOTES): the backward's state sweep
+    writes them a second time, after every forward launch, and no other launch of the backward writes them."""
     op = bench.OPS["chunk_gla"]
     forward = pass_traffic(op, SHAPE, jnp.bfloat16, "forward")
     both = pass_traffic(op, SHAPE, jnp.bfloat16, "forward_backward")
     assert both[:len(forward)] == forward
-    assert [r.kernel for r in both[len(forward):]].count("chunk_b_kernel") == 1
+    backward = both[len(forward):]
+    size = _sizes()
+    assert [r.kernel for r in backward][0] == "chunk_dh_kernel"
+    assert backward[0].written == size["state"] + size["states"] + size["b"], backward[0]
+    assert "chunk_h_kernel" not in [r.kernel for r in backward]
 
 
 def test_a_compiled_triton_cannot_be_observed(monkeypatch):

@@ -34,15 +34,15 @@ COMPILE = textwrap.dedent("""
     from workbench.chunk_gla import kernels
 
     storage, BT = sys.argv[1], int(sys.argv[2])
-    pointers = {"chunk_h_kernel": dict(k=storage, v=storage, b="fp32", h0="fp32", cu_seqlens="i32",
-                                       bounds="i32", ht="fp32", hs="fp32"),
-                "chunk_dh_kernel": dict(q=storage, do=storage, b="fp32", dht="fp32", cu_seqlens="i32",
-                                        bounds="i32", dh0="fp32", dhs="fp32")}
+    pointers = {"chunk_h_kernel": dict(k=storage, v=storage, gk=storage, h0="fp32", cu_seqlens="i32",
+                                       ht="fp32", hs="fp32", b="fp32"),
+                "chunk_dh_kernel": dict(q=storage, do=storage, gk=storage, dht="fp32", cu_seqlens="i32",
+                                        dh0="fp32", dhs="fp32", b="fp32")}
     out = {}
     for name, args in pointers.items():
         jit = launch.unwrap(getattr(kernels, name))[2]
         const = dict(H=2, K=64, V=64, BT=BT, BK=32, BV=32, F32_DOT="ieee" if storage == "fp32" else "tf32",
-                     scale=0.125)
+                     scale=0.125, USE_GK=True)
         signature = {p.name: "*" + args[p.name] if p.name in args else "constexpr" for p in jit.params}
         constexprs = {p.name: const[p.name] for p in jit.params if p.name not in args}
         compiled = compiler.compile_kernel(jit, signature, constexprs, num_warps=4, num_stages=2, last="ttgir")

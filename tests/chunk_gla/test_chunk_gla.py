@@ -198,8 +198,8 @@ def test_own_block_product_and_row_loop_in_one_call(dtype):
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=lambda d: jnp.dtype(d).name)
 def test_a_chunk_spanning_exactly_the_direct_range_takes_one_path_in_every_kernel(dtype):
     """(gla.12) A chunk whose span is exactly DIRECT_RANGE in float32 (forty steps of −0.5) is direct, one of
-    20.5 is not. The flag of `chunk_b_kernel` (which chunks `chunk_a_kernel` and `chunk_dqk_intra_kernel`
-    work on) and `_chunk_direct` of the o, dv and dqkg kernels must decide alike at the boundary: a kernel that
+    20.5 is not. `chunk_dqk_intra_kernel` (`_split_slots`) and `_chunk_direct` of the dqkg kernel must decide
+    alike at the boundary, and `chunk_a_kernel` must form A wherever the o and dv kernels do not: a kernel that
     took the other side there would read rows of A or dq°, dk° that were never written."""
     from workbench.chunk_gla.kernels import DIRECT_RANGE
 
@@ -213,6 +213,44 @@ def test_a_chunk_spanning_exactly_the_direct_range_takes_one_path_in_every_kerne
     assert spans == [DIRECT_RANGE, DIRECT_RANGE + 0.5], spans
     inputs["gk"] = jnp.asarray(gk[None, :, None, :], inputs["gk"].dtype)
     check_against_oracle(inputs, 42, chunk_size=64)
+
+
+def test_a_is_formed_for_chunks_within_the_margin_of_the_direct_range():
+    """(gla.12, "Where b is formed" in NOTES.md) `chunk_a_kernel` forms A for every chunk the backward may find
+    not direct: the backward's b comes from another sweep than the forward's, so a chunk whose span lies just
+    under DIRECT_RANGE by the forward's b may lie over it by the backward's. Here b is given: chunk 0 spans
+    DIRECT_RANGE − 2⁻⁸ with |b| near 500 (inside the margin 2⁻⁶ + 2⁻¹² · |b_L|), chunk 1 DIRECT_RANGE − 1
+    (outside), chunk 2 DIRECT_RANGE + 1. Chunks 0 and 2 hold A as its definition gives it (fails if the kernel
+    took the margin away); chunk 1's rows are left unwritten (fails if every chunk were formed)."""
+    from workbench._bounds import chunk_bounds
+    from workbench.chunk_gla.kernels import DIRECT_RANGE
+
+    BT, H, K = 16, 1, 16
+    TT = 3 * BT
+    rng = np.random.default_rng(7)
+    q, k = (rng.standard_normal((TT, H, K)).astype(np.float32) for _ in range(2))
+    b = np.zeros((TT, H, K), np.float32)
+    for c, (first, span) in enumerate([(-500.0, DIRECT_RANGE - 2.0 ** -8), (-3.0, DIRECT_RANGE - 1.0),
+                                       (-3.0, DIRECT_RANGE + 1.0)]):
+        steps = np.linspace(0.0, span, BT, dtype=np.float64)  # b falls by `span` from the first row to the last
+        b[c * BT:(c + 1) * BT] = (first - steps)[:, None, None] * np.linspace(0.5, 1.0, K)[None, None, :]
+    cu = jnp.asarray([0, TT], jnp.int32)
+    bounds = chunk_bounds(cu, TT, BT)
+    scale = 0.25
+    A = np.asarray(workbench.triton_call(
+        jnp.asarray(q), jnp.asarray(k), jnp.asarray(b), bounds, kernel=kernels.chunk_a_kernel,
+        out_shape=jax.ShapeDtypeStruct((TT, H, BT), jnp.float32), grid=(bounds.shape[0], H), num_warps=4,
+        NS=int(bounds.shape[0]), scale=scale, F32_DOT="ieee", H=H, K=K, BT=BT, BK=K, CB=1))
+    spans = [float(np.max(b[c * BT, 0] - b[c * BT + BT - 1, 0])) for c in range(3)]
+    assert spans[0] < DIRECT_RANGE < spans[2] and spans[1] < DIRECT_RANGE - 0.5, spans
+    for c in (0, 2):
+        rows = slice(c * BT, (c + 1) * BT)
+        b64, q64, k64 = (x[rows, 0].astype(np.float64) for x in (b, q, k))
+        want = scale * np.einsum("rk,sk,rsk->rs", q64, k64, np.exp(b64[:, None, :] - b64[None, :, :]))
+        want = np.where(np.tril(np.ones((BT, BT), bool)), want, 0.0)
+        np.testing.assert_allclose(A[rows, 0], want, rtol=1e-4, atol=1e-4 * np.max(np.abs(want)))
+    # the launcher hands every output filled with NaN: an element the kernel never wrote stays NaN
+    assert np.all(np.isnan(A[BT:2 * BT])), "chunk 1 is direct by any b: its rows are the o and dv kernels' to form"
 
 
 # ----------------------------------------------------------------------------- variable length

@@ -4,6 +4,7 @@ import workbench  # noqa: F401  (first: decides compiled vs interpreted Triton)
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from workbench.testing import assert_within_budget, compare, random_cotangents, recurrent_inputs, to_float64
@@ -122,3 +123,22 @@ def test_compiled_recomputed_residuals_within_budget(segments):
     inputs = recurrent_inputs(13, 1, 4096, 2, 64, 64, dtype=jnp.bfloat16, gates=("g", "gk"), strength=1.0, n_seqs=5)
     _three_way(inputs, _cotangents(14, 1, 4096, 2, 64, 64, 5, jnp.bfloat16), cu_seqlens=cu,
                tuning=Tuning(segments=segments, residuals="recompute"))
+
+
+def test_compiled_chunks_at_the_direct_boundary_within_budget():
+    """(gla.12, NOTES.md "Where b is formed") Chunks whose log-decays span DIRECT_RANGE ± 10⁻⁴ behind a first
+    gate of −500 (|b| ≈ 520, where float32 sums in two orders differ by ~10⁻⁴): the forward's and the backward's
+    sweeps form b each in its own order, so such a chunk can be direct for the one and not for the other, and
+    the backward then reads the rows of A the forward formed by its margin. float32, every output and gradient
+    against the float64 oracle."""
+    from workbench.chunk_gla.kernels import DIRECT_RANGE
+
+    B, T, H, K, V = 1, 4096, 2, 64, 64
+    inputs = recurrent_inputs(15, B, T, H, K, V, dtype=jnp.float32, gates=("gk",), strength=1.0,
+                              initial_state=False)
+    chunks = T // 64
+    span = DIRECT_RANGE + np.random.default_rng(16).uniform(-1e-4, 1e-4, (chunks, 1, H, 1))
+    gk = np.broadcast_to(-span / 63, (chunks, 64, H, K)).copy()
+    gk[:, 0] = -500.0
+    inputs["gk"] = jnp.asarray(gk.reshape(B, T, H, K), jnp.float32)
+    _three_way(inputs, _cotangents(16, B, T, H, K, V, B, jnp.float32))

@@ -161,16 +161,19 @@ def _f32_dot(q) -> str:
     return "ieee" if q.dtype == jnp.float32 else "tf32"
 
 
-def _state_sweep(x, y, b, init, cu, bounds, static: _Static, tune, *, reverse: bool):
-    """(final, states [NS, H, K, V]) of the forward state sweep (gla.4: x, y = k, v; init = h0; states at
-    chunk starts) or, with `reverse`, of the backward one (gla.7: x, y = q, do; init = dH at the end;
-    states = dH at chunk ends): one sweep per sequence, or the two-level pass of (gla.13)."""
+def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: bool):
+    """(final, states [NS, H, K, V], b [TT, H, K]) of the forward state sweep (gla.4: x, y = k, v; init = h0;
+    states at chunk starts) or, with `reverse`, of the backward one (gla.7: x, y = q, do; init = dH at the end;
+    states = dH at chunk ends): one sweep per sequence, or the two-level pass of (gla.13). The sweep forms the
+    gate's cumulative sums b (gla.3) from the log-decay a as it goes and returns them: float32, zeros without
+    a gate."""
     TT, H, _ = x.shape
     K, V, BK = _dims(x, y)
     N = cu.shape[0] - 1
     NS = bounds.shape[0]
     f32 = jnp.float32
     state = lambda n: jax.ShapeDtypeStruct((n, H, K, V), f32)  # noqa: E731
+    b = jax.ShapeDtypeStruct((TT, H, K), f32)
     n_seg = static.tuning.segments
     if n_seg is None:
         n_seg = state_segments(N * H, triton.cdiv(TT, static.chunk_size), sm_count())
@@ -180,11 +183,11 @@ def _state_sweep(x, y, b, init, cu, bounds, static: _Static, tune, *, reverse: b
         kernel, name = ((kernels.chunk_dh_kernel, "workbench_chunk_gla_dh") if reverse
                         else (kernels.chunk_h_kernel, "workbench_chunk_gla_h"))
         extra = dict(scale=static.scale) if reverse else {}
-        return triton_call(x, y, b, init, cu, bounds, kernel=kernel, out_shape=[state(N), state(NS)], grid=sweep_grid,
+        return triton_call(x, y, a, init, cu, kernel=kernel, out_shape=[state(N), state(NS), b], grid=sweep_grid,
                            tune_inputs=tune, name=name, **extra, **common)
-    states, ends, decay = triton_call(
-        x, y, b, cu, kernel=kernels.chunk_segment_sweep_kernel,
-        out_shape=[state(NS), state(N * n_seg), jax.ShapeDtypeStruct((N * n_seg, H, K), f32)],
+    states, ends, decay, b = triton_call(
+        x, y, a, cu, kernel=kernels.chunk_segment_sweep_kernel,
+        out_shape=[state(NS), state(N * n_seg), jax.ShapeDtypeStruct((N * n_seg, H, K), f32), b],
         grid=sweep_grid, tune_inputs=tune, name="workbench_chunk_gla_segment_sweep",
         scale=static.scale if reverse else 1.0, NSEG=n_seg, REVERSE=reverse, **common)
     BV = 32
@@ -198,32 +201,21 @@ def _state_sweep(x, y, b, init, cu, bounds, static: _Static, tune, *, reverse: b
         input_output_aliases={3: 0}, grid=(triton.cdiv(V, BV), N * H * n_seg, triton.cdiv(K, BK)),
         name="workbench_chunk_gla_state_fixup", H=H, K=K, V=V, BT=static.chunk_size, BK=BK, BV=BV, NSEG=n_seg,
         REVERSE=reverse)
-    return final, states
+    return final, states, b
 
 
 CB = 4  # chunk slots per program of the kernels that work only on chunks that are not direct (gla.12)
 
 
-def _b_and_split(a, bounds, TT: int, H: int, K: int, BK: int, static: _Static):
-    """(b, split): the gate's cumulative sums inside each chunk (gla.3), float32 [TT, H, K], and whether each
-    chunk is not direct (gla.12), int32 [NS, H]. The forward's launch and the backward's alike, so XLA merges
-    them where both run in one program."""
-    return triton_call(
-        a, bounds, kernel=kernels.chunk_b_kernel,
-        out_shape=[jax.ShapeDtypeStruct((TT, H, K), jnp.float32),
-                   jax.ShapeDtypeStruct((bounds.shape[0], H), jnp.int32)],
-        grid=(bounds.shape[0], H), name="workbench_chunk_gla_b", H=H, K=K, BT=static.chunk_size, BK=BK)
-
-
-def _a(q, k, b, bounds, split, static: _Static):
-    """The intra-chunk matrix A (gla.5, gla.11) of the chunks `split` marks, in the inputs' dtype [TT, H, BT];
-    a direct chunk's rows are left unwritten (the o and dv kernels form them)."""
+def _a(q, k, b, bounds, static: _Static):
+    """The intra-chunk matrix A (gla.5, gla.11) of the chunks that are not direct or nearly (gla.12), in the
+    inputs' dtype [TT, H, BT]; other chunks' rows are left unwritten (the o and dv kernels form them)."""
     TT, H, _ = q.shape
     K, _, BK = _dims(q, q)
     BT = static.chunk_size
     NS = bounds.shape[0]
     return triton_call(
-        q, k, b, bounds, split, kernel=kernels.chunk_a_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, BT), q.dtype),
+        q, k, b, bounds, kernel=kernels.chunk_a_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, BT), q.dtype),
         grid=(triton.cdiv(NS, CB), H), name="workbench_chunk_gla_a", num_warps=4, num_stages=1, NS=NS,
         scale=static.scale, F32_DOT=_f32_dot(q), H=H, K=K, BT=BT, BK=BK, CB=CB)
 
@@ -238,9 +230,8 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     bounds = chunk_bounds(cu, TT, BT)  # [NS, 2] int32
     tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
-    b, split = _b_and_split(a, bounds, TT, H, K, BK, static)
-    ht, hs = _state_sweep(k, v, b, h0, cu, bounds, static, tune, reverse=False)  # (gla.4, gla.13)
-    A = _a(q, k, b, bounds, split, static)
+    ht, hs, b = _state_sweep(k, v, a, h0, cu, bounds, static, tune, reverse=False)  # (gla.3, gla.4, gla.13)
+    A = _a(q, k, b, bounds, static)
     o = triton_call(
         q, k, v, b, hs, A, bounds, kernel=kernels.chunk_o_kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
         grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), tune_inputs=tune, name="workbench_chunk_gla_o",
@@ -260,21 +251,22 @@ def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):
     tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
     f32 = jnp.float32
-    b, split = _b_and_split(a, bounds, TT, H, K, BK, static)
     if residuals is None:
-        hs = _state_sweep(k, v, b, h0, cu, bounds, static, tune, reverse=False)[1]
-        A = _a(q, k, b, bounds, split, static)
+        _, hs, b_forward = _state_sweep(k, v, a, h0, cu, bounds, static, tune, reverse=False)
+        A = _a(q, k, b_forward, bounds, static)
     else:
         hs, A = residuals
     common = dict(H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
-    dh0, dhs = _state_sweep(q, do, b, dht, cu, bounds, static, tune, reverse=True)
+    # b again, from this sweep: the kernels below decide which chunks are direct from it, A's margin covers
+    # where that differs from the forward's b (gla.12, `kernels._split_slots`)
+    dh0, dhs, b = _state_sweep(q, do, a, dht, cu, bounds, static, tune, reverse=True)
     dv = triton_call(
         q, k, do, b, A, dhs, bounds, kernel=kernels.chunk_dv_kernel,
         out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype), grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H),
         tune_inputs=tune, name="workbench_chunk_gla_dv", scale=static.scale, BK=BK, **common)
     BV = max(16, triton.next_power_of_2(V))
     dq_s, dk_s = triton_call(
-        q, k, v, do, b, bounds, split, kernel=kernels.chunk_dqk_intra_kernel,
+        q, k, v, do, b, bounds, kernel=kernels.chunk_dqk_intra_kernel,
         out_shape=[jax.ShapeDtypeStruct((TT, H, K), f32)] * 2, grid=(triton.cdiv(NS, CB), H),
         name="workbench_chunk_gla_dqk_intra", num_warps=4, num_stages=1, NS=NS, CB=CB, scale=static.scale, BK=BK,
         BV=BV, **common)

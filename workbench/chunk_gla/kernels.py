@@ -6,19 +6,18 @@ rows, start = end for an unused slot; per-chunk states are stored by slot. The p
 arrives as one array `gk` (the glue folds g into it, NOTES.md (gla.1)).
 
 forward
-* `chunk_b_kernel`       (slot, head): chunk-local prefix sums b of the log-decay (gla.3), float32, and
-                         whether the chunk is split into sub-chunks (not direct, gla.12), a flag per chunk.
-                         The backward's call (b again) is the same launch.
-* `chunk_h_kernel`       (V block, sequence·head, K block): the state at every chunk boundary, one sweep (gla.4).
-* `chunk_a_kernel`       (CB slots, head): the rows of A of the flagged chunks, one sub-chunk of 16 rows at a
-                         time, with decay ratios that are never exp of a positive number (gla.5, gla.6);
-                         kept for the backward.
+* `chunk_h_kernel`       (V block, sequence·head, K block): the state at every chunk boundary, one sweep (gla.4),
+                         and the chunk-local prefix sums b of the log-decay (gla.3), float32, formed as it goes.
+* `chunk_a_kernel`       (CB slots, head): the rows of A of the chunks that are not direct (gla.12), one
+                         sub-chunk of 16 rows at a time, with decay ratios that are never exp of a positive
+                         number (gla.5, gla.6); kept for the backward.
 * `chunk_o_kernel`       (V block, slot, head): o = q̄ h + A v (gla.5), whole-chunk products.
 backward
-* `chunk_dh_kernel`      (V block, sequence·head, K block): dH at every chunk end, one reverse sweep (gla.7).
+* `chunk_dh_kernel`      (V block, sequence·head, K block): dH at every chunk end, one reverse sweep (gla.7),
+                         and b again (the backward's kernels below read this one).
 * `chunk_dv_kernel`      (V block, slot, head): dv (gla.8).
-* `chunk_dqk_intra_kernel` (CB slots, head): the strict intra-chunk parts dq°, dk° of (gla.9) of the flagged
-                         chunks, one sub-chunk at a time.
+* `chunk_dqk_intra_kernel` (CB slots, head): the strict intra-chunk parts dq°, dk° of (gla.9) of the chunks
+                         that are not direct, one sub-chunk at a time.
 * `chunk_dqkg_kernel`    (K block, slot, head): dq, dk (gla.9) and the log-decay gradient (gla.10).
 
 Matrix products take the inputs' dtype where the reference rounds to it (bfloat16 tensor cores),
@@ -40,18 +39,28 @@ from ..tl_helpers import exp_e
 
 
 def _sweep_configs():
-    """(BK, BV, warps) of the state sweeps: the state's key rows are independent in (gla.4) and (gla.7),
-    so a key block is a grid axis, and smaller blocks give more programs for the sequential sweep."""
-    return [triton.Config({"BK": bk, "BV": bv}, num_warps=w, num_stages=2)
-            for bk, bv, w in ((64, 32, 4), (64, 64, 8), (32, 32, 4), (32, 64, 4))]
+    """(BK, BV, warps, stages) of the state sweeps: the state's key rows are independent in (gla.4) and (gla.7),
+    so a key block is a grid axis, and smaller blocks give more programs for the sequential sweep. The first
+    (the interpreter's, and the GPU's with autotuning off) was the fastest or within 3 % of it for both sweeps
+    at B8 T4096 and B1 T65536, K = V = 64, bfloat16, on an H200; float32 keys start at the fourth
+    (`_prune_sweep`; NOTES.md, "Where b is formed")."""
+    return [triton.Config({"BK": bk, "BV": bv}, num_warps=w, num_stages=st)
+            for bk, bv, w, st in ((32, 64, 4, 1), (32, 64, 4, 2), (16, 64, 4, 3), (64, 32, 4, 2), (64, 64, 8, 2),
+                                  (32, 32, 4, 2))]
 
 
 def _prune_sweep(dim: str, key_dim: str | None = None):
+    """Blocks no wider than the key and value widths (as powers of two ≥ 16); with float32 keys only key blocks
+    of 64 (or all of a narrower K): on an H200 the float32 GPU tests (strong gates; the two-level pass) exceeded
+    their error budget 2.5-3.7× with 32-wide key blocks, whose b differs from the 64-wide blocks' in its last
+    bits while as close to float64 prefix sums (NOTES.md, "Where b is formed")."""
     def prune(configs, named_args, **_):
         keys = named_args[key_dim] if key_dim else named_args["k" if "k" in named_args else "q"]
         K = max(16, triton.next_power_of_2(keys.shape[-1]))
         V = max(16, triton.next_power_of_2(named_args[dim].shape[-1]))
         kept = [c for c in configs if c.kwargs["BK"] <= K and c.kwargs["BV"] <= V]
+        if str(keys.dtype) == "float32":
+            kept = [c for c in kept if c.kwargs["BK"] >= min(64, K)]
         return kept or [min(configs, key=lambda c: c.kwargs["BK"] * c.kwargs["BV"])]
     return prune
 
@@ -94,36 +103,105 @@ def _chunk_product(x0, y0, x1, y1, F32_DOT: tl.constexpr):
 
 
 @triton.jit
-def _khat_v(k, v, b, b_bL, rows, m_t, i_h, o_k, m_k, o_v, m_v, H: tl.constexpr, K: tl.constexpr,
-            V: tl.constexpr):
-    """(gla.4) k̂ = k ⊙ exp(b_L − b) in v's dtype ([rows, BK]) and v ([rows, BV]); masked rows are 0."""
-    b_b = load_tile(b, rows, m_t, i_h, o_k, m_k, H, K)
-    b_k = load_tile(k, rows, m_t, i_h, o_k, m_k, H, K)
-    b_v = tl.load(v + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
-    return (b_k * exp_e(b_bL[None, :] - b_b)).to(b_v.dtype), b_v  # masked rows: k = 0
+def _sweep_loads(x, y, gk, start, end, i_h, o_k, m_k, o_v, m_v, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                 BT: tl.constexpr, USE_GK: tl.constexpr):
+    """One chunk's tiles for a state sweep, in its two halves (`_half_rows`), as stored: x and the log-decay a
+    [rows, BK], y [rows, BV]; zeros past the chunk's end, and everywhere for start = end (the load after a
+    sweep's last chunk, which reads nothing). Without a gate a = 0. Nothing here uses the loaded values (not
+    even a conversion), so a load issued for the next chunk is waited on only where that chunk's step uses it."""
+    rows0, m_t0 = _half_rows(start, end, 0, BT)
+    rows1, m_t1 = _half_rows(start, end, 1, BT)
+    m_k0 = m_t0[:, None] & m_k[None, :]
+    m_k1 = m_t1[:, None] & m_k[None, :]
+    p_k0 = (rows0[:, None] * H + i_h) * K + o_k[None, :]
+    p_k1 = (rows1[:, None] * H + i_h) * K + o_k[None, :]
+    b_x0 = tl.load(x + p_k0, mask=m_k0, other=0.0)
+    b_x1 = tl.load(x + p_k1, mask=m_k1, other=0.0)
+    b_y0 = tl.load(y + (rows0[:, None] * H + i_h) * V + o_v[None, :], mask=m_t0[:, None] & m_v[None, :], other=0.0)
+    b_y1 = tl.load(y + (rows1[:, None] * H + i_h) * V + o_v[None, :], mask=m_t1[:, None] & m_v[None, :], other=0.0)
+    if USE_GK:
+        b_a0 = tl.load(gk + p_k0, mask=m_k0, other=0.0)
+        b_a1 = tl.load(gk + p_k1, mask=m_k1, other=0.0)
+    else:
+        b_a0 = tl.zeros(b_x0.shape, tl.float32)
+        b_a1 = tl.zeros(b_x1.shape, tl.float32)
+    return b_x0, b_y0, b_a0, b_x1, b_y1, b_a1
+
+
+@triton.jit
+def _half_b(b_a0, b_a1, BT: tl.constexpr):
+    """(gla.3) b of a chunk's two halves from their log-decays ([rows, BK] each, as loaded), and b_L, b at its last
+    row ([BK]): the prefix sums of half 0, then those of half 1 continued from half 0's last. Rows past the
+    chunk's end hold a = 0, so b stays at b_L there."""
+    HALF: tl.constexpr = BT // 2
+    ROWS: tl.constexpr = HALF if HALF >= BC else BC
+    last = (tl.arange(0, ROWS) == ROWS - 1)[:, None]
+    b_b0 = tl.cumsum(b_a0.to(tl.float32), axis=0)
+    b_b1 = tl.cumsum(b_a1.to(tl.float32), axis=0) + tl.sum(tl.where(last, b_b0, 0.0), axis=0)[None, :]
+    return b_b0, b_b1, tl.sum(tl.where(last, b_b1, 0.0), axis=0)
+
+
+@triton.jit
+def _sweep(x, y, gk, b, states, b_h, bos, eos, first_slot, c_lo, c_hi, i_h, o_k, m_k, o_v, m_v, m_h, p_state, scale,
+           H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
+           USE_GK: tl.constexpr, F32_DOT: tl.constexpr):
+    """The state sweep over chunks c_lo … c_hi − 1 of the sequence at rows [bos, eos), from state b_h:
+    (gla.4) h ← exp(b_L) ⊙ h + k̂ᵀ v, k̂ = k ⊙ exp(b_L − b) (x, y = k, v), or with REVERSE, last chunk first,
+    (gla.7) dH ← exp(b_L) ⊙ dH + q̄ᵀ do, q̄ = scale · q ⊙ exp(b) (x, y = q, do). Each chunk's state is stored
+    before its update (hs at chunk starts; dH at chunk ends); b (gla.3), formed here from the log-decays, is
+    stored by the programs of the first V block. Returns the state and Σ b_L over the chunks ([BK]).
+
+    The next chunk's tiles are loaded at the top of each step, before this chunk's work: the loop carries
+    them, so their latency overlaps the step instead of opening it (only the state is a chain)."""
+    write_b = tl.program_id(0) == 0
+    n = c_hi - c_lo
+    first = bos + (c_hi - 1 if REVERSE else c_lo) * BT
+    nx0, ny0, na0, nx1, ny1, na1 = _sweep_loads(x, y, gk, first, tl.where(n > 0, tl.minimum(first + BT, eos), first),
+                                                i_h, o_k, m_k, o_v, m_v, H, K, V, BT, USE_GK)
+    b_d = tl.zeros(o_k.shape, tl.float32)
+    for cc in range(0, n):
+        c = c_hi - 1 - cc if REVERSE else c_lo + cc
+        start = bos + c * BT
+        end = tl.minimum(start + BT, eos)
+        b_x0, b_y0, b_a0, b_x1, b_y1, b_a1 = nx0, ny0, na0, nx1, ny1, na1
+        n_start = start - BT if REVERSE else start + BT
+        nx0, ny0, na0, nx1, ny1, na1 = _sweep_loads(
+            x, y, gk, n_start, tl.where(cc + 1 < n, tl.minimum(n_start + BT, eos), n_start), i_h, o_k, m_k, o_v, m_v,
+            H, K, V, BT, USE_GK)
+        tl.store(states + ((first_slot + c) * H + i_h) * K * V + p_state, b_h, mask=m_h)
+        b_b0, b_b1, b_bL = _half_b(b_a0, b_a1, BT)
+        rows0, m_t0 = _half_rows(start, end, 0, BT)
+        rows1, m_t1 = _half_rows(start, end, 1, BT)
+        m_b = m_k[None, :] & write_b
+        tl.store(b + (rows0[:, None] * H + i_h) * K + o_k[None, :], b_b0, mask=m_t0[:, None] & m_b)
+        tl.store(b + (rows1[:, None] * H + i_h) * K + o_k[None, :], b_b1, mask=m_t1[:, None] & m_b)
+        if REVERSE:
+            b_x0 = b_x0.to(tl.float32) * exp_e(b_b0) * scale
+            b_x1 = b_x1.to(tl.float32) * exp_e(b_b1) * scale
+        else:
+            b_x0 = b_x0.to(tl.float32) * exp_e(b_bL[None, :] - b_b0)  # past the end: x = 0
+            b_x1 = b_x1.to(tl.float32) * exp_e(b_bL[None, :] - b_b1)
+        b_h = b_h * exp_e(b_bL)[:, None] + _chunk_product(b_x0.to(b_y0.dtype), b_y0, b_x1.to(b_y1.dtype), b_y1,
+                                                          F32_DOT)
+        b_d += b_bL
+    return b_h, b_d
 
 
 @triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": _prune_sweep("v")})
+@triton.heuristics({"USE_GK": given("gk")})
 @triton.jit
-def chunk_h_kernel(k, v, b, h0, cu_seqlens, bounds,  # inputs
-                   ht, hs,  # outputs: final states [N, H, K, V]; states at chunk starts [NS, H, K, V]
+def chunk_h_kernel(k, v, gk, h0, cu_seqlens,  # inputs
+                   ht, hs, b,  # outputs: final states [N, H, K, V]; states at chunk starts [NS, H, K, V]; b [TT, H, K]
                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                   BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
-    """(gla.4) h ← exp(b_L) ⊙ h + k̂ᵀ v over the chunks of one sequence, k̂ = k ⊙ exp(b_L − b)."""
+                   BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr, USE_GK: tl.constexpr):
+    """(gla.4) h ← exp(b_L) ⊙ h + k̂ᵀ v over the chunks of one sequence, and b (gla.3) of every chunk (`_sweep`)."""
     i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state = _key_block_sweep_prologue(
         cu_seqlens, H, K, V, BT, BK, BV)
+    bos, eos = sequence_rows(cu_seqlens, i_nh // H)
     b_h = tl.load(h0 + i_nh * K * V + p_state, mask=m_h, other=0.0)  # [BK, BV]
-    for c in range(0, n_chunks):
-        i_s = first_slot + c
-        tl.store(hs + (i_s * H + i_h) * K * V + p_state, b_h, mask=m_h)
-        start, end = sweep_chunk(cu_seqlens, i_nh // H, c, BT)
-        b_bL = load_row(b, end - 1, i_h, o_k, m_k, H, K)  # [BK]
-        rows0, m_t0 = _half_rows(start, end, 0, BT)
-        rows1, m_t1 = _half_rows(start, end, 1, BT)
-        b_khat0, b_v0 = _khat_v(k, v, b, b_bL, rows0, m_t0, i_h, o_k, m_k, o_v, m_v, H, K, V)
-        b_khat1, b_v1 = _khat_v(k, v, b, b_bL, rows1, m_t1, i_h, o_k, m_k, o_v, m_v, H, K, V)
-        b_h = b_h * exp_e(b_bL)[:, None] + _chunk_product(b_khat0, b_v0, b_khat1, b_v1, F32_DOT)
+    b_h, _ = _sweep(k, v, gk, b, hs, b_h, bos, eos, first_slot, 0, n_chunks, i_h, o_k, m_k, o_v, m_v, m_h, p_state,
+                    1.0, H, K, V, BT, False, USE_GK, F32_DOT)
     tl.store(ht + i_nh * K * V + p_state, b_h, mask=m_h)
 
 
@@ -267,54 +345,69 @@ def _sub_chunk_a(q, k, b, A, i_c, start, end, i_h, scale, H: tl.constexpr, K: tl
     tl.store(A + (rows_i[:, None] * H + i_h) * BT + o_t[None, :], b_A.to(A.dtype.element_ty), mask=m_i[:, None])
 
 
-@triton.heuristics({"USE_GK": given("gk")})
+SPAN_MARGIN = tl.constexpr(2.0 ** -6)  # (gla.12) A is formed for every chunk whose span is within this (and a
+# relative part) of RHO: `_split_slots`
+
+
 @triton.jit
-def chunk_b_kernel(gk, bounds,  # inputs
-                   b, split,  # outputs: b [TT, H, K] float32; split [NS, H] int32
-                   H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, USE_GK: tl.constexpr):
-    """(gla.3) b_r = Σ_{t ≤ r} a_t within the chunk, float32 (zeros without a gate), and `split`: 1 where the
-    chunk has rows and is not direct (gla.12), so that its A and dq°, dk° are formed one sub-chunk at a time
-    (`chunk_a_kernel`, `chunk_dqk_intra_kernel`), else 0. Decided from the float32 values just stored, by the
-    same expression `_chunk_direct` evaluates on the rows it reads back in the o, dv and dqkg kernels, so
-    every kernel takes the same path for a chunk."""
-    i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
-    start, end = slot_rows(bounds, i_s)
-    o_t = tl.arange(0, BT)
-    rows = start + o_t
-    m_t = rows < end
+def _split_slots(b, bounds, NS, i_h, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CB: tl.constexpr,
+                 MARGIN: tl.constexpr):
+    """(gla.12) Of chunk slots CB·i … CB·i + CB − 1 (i = program_id(0)) at head i_h, which hold a chunk that is
+    not direct ([CB] int1): span = max over the K key columns of b_start − b_{end−1}, the expression
+    `_chunk_direct` evaluates in the o, dv and dqkg kernels; with MARGIN, also those whose span is within
+    2⁻⁶ + 2⁻¹² |b_{end−1}| of RHO.
+
+    The forward and the backward form b by different sweeps (gla.3); with log-decays ≤ 0 each is a sum of
+    terms of one sign, so the two differ by less than 64 · 2⁻²³ |b_{end−1}| at every row, and a span by
+    less than 2⁻¹⁴ |b_{end−1}| + 2⁻²⁰ (NOTES.md, "Where b is formed"). The forward's A taken with MARGIN
+    therefore holds every chunk the backward's `_chunk_direct` finds not direct."""
+    o_b = tl.program_id(0) * CB + tl.arange(0, CB)
+    p_b = bounds + 2 * o_b.to(tl.int64)
+    start = tl.load(p_b, mask=o_b < NS, other=0).to(tl.int64)
+    end = tl.load(p_b + 1, mask=o_b < NS, other=0).to(tl.int64)
+    has_rows = start < end
     o_k = tl.arange(0, BK)
-    m_k = o_k < K
-    b_b = tl.zeros([BT, BK], tl.float32)
-    if USE_GK:
-        b_b = tl.cumsum(load_tile(gk, rows, m_t, i_h, o_k, m_k, H, K), axis=0)  # [BT, BK]
-    tl.store(b + (rows[:, None] * H + i_h) * K + o_k[None, :], b_b, mask=m_t[:, None] & m_k[None, :])
-    # b_first − b_last per column as one sum over rows: its only terms besides zeros are b_first and −b_last
-    # (or b − b = 0 for a one-row chunk), so it is their difference rounded once, as `_chunk_direct` forms it
-    # (columns past K: 0)
-    span = tl.sum(tl.where(o_t[:, None] == 0, b_b, 0.0) - tl.where(o_t[:, None] == end - 1 - start, b_b, 0.0), axis=0)
-    direct = tl.max(span, axis=0) <= RHO
-    tl.store(split + i_s * H + i_h, ((start < end) & (direct == 0)).to(tl.int32))
+    m_bk = has_rows[:, None] & (o_k < K)[None, :]
+    b_b0 = tl.load(b + (start[:, None] * H + i_h) * K + o_k[None, :], mask=m_bk, other=0.0)
+    b_bL = tl.load(b + ((end - 1)[:, None] * H + i_h) * K + o_k[None, :], mask=m_bk, other=0.0)
+    span = tl.max(b_b0 - b_bL, axis=1)  # [CB]
+    if MARGIN > 0:
+        direct = span <= RHO - (MARGIN + tl.max(tl.abs(b_bL), axis=1) * (2.0 ** -12))
+    else:
+        direct = span <= RHO
+    return has_rows & (direct == 0)
 
 
 @triton.jit
-def chunk_a_kernel(q, k, b, bounds, split,  # inputs
+def _each_split_chunk(q, k, v, do, b, bounds, out0, out1, NS, i_h, scale, H: tl.constexpr, K: tl.constexpr,
+                      V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr,
+                      CB: tl.constexpr, MARGIN: tl.constexpr, INTRA: tl.constexpr):
+    """For each chunk of this program's CB slots that `_split_slots` marks, sub-chunk by sub-chunk: its rows of A
+    into out0 (`_sub_chunk_a`), or with INTRA its dq°, dk° into out0, out1 (`_sub_chunk_dqk`). With the usual
+    gates nearly every chunk is direct, and the program does nothing after reading two rows of b per chunk."""
+    b_split = _split_slots(b, bounds, NS, i_h, H, K, BK, CB, MARGIN).to(tl.int32)
+    if tl.max(b_split, axis=0) != 0:
+        for c in range(0, CB):
+            if tl.sum(tl.where(tl.arange(0, CB) == c, b_split, 0), axis=0) != 0:
+                start, end = slot_rows(bounds, (tl.program_id(0) * CB + c).to(tl.int64))
+                for i_c in range(0, tl.cdiv(end - start, BC)):
+                    if INTRA:
+                        _sub_chunk_dqk(q, k, v, do, b, out0, out1, i_c, start, end, i_h, scale, H, K, V, BT, BK, BV,
+                                       F32_DOT)
+                    else:
+                        _sub_chunk_a(q, k, b, out0, i_c, start, end, i_h, scale, H, K, BT, BK, F32_DOT)
+
+
+@triton.jit
+def chunk_a_kernel(q, k, b, bounds,  # inputs
                    A,  # output [TT, H, BT]: the intra-chunk attention, in the inputs' dtype
                    NS, scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                    BK: tl.constexpr, F32_DOT: tl.constexpr, CB: tl.constexpr):
-    """(gla.5) A of the chunks in slots CB·i … CB·i + CB − 1 at one head that `split` marks, one sub-chunk of
-    16 rows at a time (gla.6, gla.11). A direct chunk's rows are left unwritten (the o and dv kernels form
-    them): with the usual gates nearly every chunk is direct, and the program returns after one load of
-    CB flags."""
-    i_b, i_h = tl.program_id(0), tl.program_id(1)
-    o_b = i_b * CB + tl.arange(0, CB)
-    b_split = tl.load(split + o_b.to(tl.int64) * H + i_h, mask=o_b < NS, other=0)
-    if tl.max(b_split, axis=0) == 0:
-        return
-    for c in range(0, CB):
-        if tl.sum(tl.where(tl.arange(0, CB) == c, b_split, 0), axis=0) != 0:
-            start, end = slot_rows(bounds, (i_b * CB + c).to(tl.int64))
-            for i_c in range(0, tl.cdiv(end - start, BC)):
-                _sub_chunk_a(q, k, b, A, i_c, start, end, i_h, scale, H, K, BT, BK, F32_DOT)
+    """(gla.5) A of the chunks in slots CB·i … CB·i + CB − 1 at one head that are not direct, or nearly
+    (`_split_slots` with its margin), one sub-chunk of 16 rows at a time (gla.6, gla.11). Other chunks' rows
+    are left unwritten: the o and dv kernels form them (gla.12)."""
+    _each_split_chunk(q, k, None, None, b, bounds, A, None, NS, tl.program_id(1), scale, H, K, K, BT, BK, BK,
+                      F32_DOT, CB, SPAN_MARGIN, False)
 
 
 @triton.autotune(configs=block_configs("BV"), key=["H", "K", "V", "BT"],
@@ -357,36 +450,22 @@ def chunk_o_kernel(q, k, v, b, hs, A, bounds,  # inputs
 # ----------------------------------------------------------------------------- backward
 
 
-@triton.jit
-def _qbar_do(q, do, b, scale, rows, m_t, i_h, o_k, m_k, o_v, m_v, H: tl.constexpr, K: tl.constexpr,
-             V: tl.constexpr):
-    """(gla.7) q̄ = scale · q ⊙ exp(b) in do's dtype ([rows, BK]) and do ([rows, BV]); masked rows are 0."""
-    b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
-    b_qbar = load_tile(q, rows, m_t, i_h, o_k, m_k, H, K) * exp_e(load_tile(b, rows, m_t, i_h, o_k, m_k, H, K)) * scale
-    return b_qbar.to(b_do.dtype), b_do
-
-
 @triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": _prune_sweep("do")})
+@triton.heuristics({"USE_GK": given("gk")})
 @triton.jit
-def chunk_dh_kernel(q, do, b, dht, cu_seqlens, bounds,  # inputs
-                    dh0, dhs,  # outputs: dS_0 [N, H, K, V]; dH at each chunk's end [NS, H, K, V]
+def chunk_dh_kernel(q, do, gk, dht, cu_seqlens,  # inputs
+                    dh0, dhs, b,  # outputs: dS_0 [N, H, K, V]; dH at each chunk's end [NS, H, K, V]; b [TT, H, K]
                     scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                    BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
-    """(gla.7) dH ← exp(b_L) ⊙ dH + q̄ᵀ do over the chunks of one sequence, last chunk first."""
+                    BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr, USE_GK: tl.constexpr):
+    """(gla.7) dH ← exp(b_L) ⊙ dH + q̄ᵀ do over the chunks of one sequence, last chunk first, and b (gla.3) of
+    every chunk (`_sweep`)."""
     i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state = _key_block_sweep_prologue(
         cu_seqlens, H, K, V, BT, BK, BV)
+    bos, eos = sequence_rows(cu_seqlens, i_nh // H)
     b_dh = tl.load(dht + i_nh * K * V + p_state, mask=m_h, other=0.0)  # [BK, BV]
-    for c_rev in range(0, n_chunks):
-        i_s = first_slot + n_chunks - 1 - c_rev
-        tl.store(dhs + (i_s * H + i_h) * K * V + p_state, b_dh, mask=m_h)
-        start, end = sweep_chunk(cu_seqlens, i_nh // H, n_chunks - 1 - c_rev, BT)
-        b_bL = load_row(b, end - 1, i_h, o_k, m_k, H, K)
-        rows0, m_t0 = _half_rows(start, end, 0, BT)
-        rows1, m_t1 = _half_rows(start, end, 1, BT)
-        b_qbar0, b_do0 = _qbar_do(q, do, b, scale, rows0, m_t0, i_h, o_k, m_k, o_v, m_v, H, K, V)
-        b_qbar1, b_do1 = _qbar_do(q, do, b, scale, rows1, m_t1, i_h, o_k, m_k, o_v, m_v, H, K, V)
-        b_dh = b_dh * exp_e(b_bL)[:, None] + _chunk_product(b_qbar0, b_do0, b_qbar1, b_do1, F32_DOT)
+    b_dh, _ = _sweep(q, do, gk, b, dhs, b_dh, bos, eos, first_slot, 0, n_chunks, i_h, o_k, m_k, o_v, m_v, m_h,
+                     p_state, scale, H, K, V, BT, True, USE_GK, F32_DOT)
     tl.store(dh0 + i_nh * K * V + p_state, b_dh, mask=m_h)
 
 
@@ -395,35 +474,22 @@ def chunk_dh_kernel(q, do, b, dht, cu_seqlens, bounds,  # inputs
 
 @triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT", "NSEG", "REVERSE"],
                  prune_configs_by={"early_config_prune": _prune_sweep("y", "x")})
+@triton.heuristics({"USE_GK": given("gk")})
 @triton.jit
-def chunk_segment_sweep_kernel(x, y, b, cu_seqlens,  # inputs: (k, v) forward, (q, do) with REVERSE
-                               states, ends, decay,  # outputs: [NS, H, K, V]; [N·NSEG, H, K, V]; [N·NSEG, H, K]
+def chunk_segment_sweep_kernel(x, y, gk, cu_seqlens,  # inputs: (k, v) forward, (q, do) with REVERSE
+                               states, ends, decay, b,  # outputs: [NS, H, K, V]; [N·NSEG, H, K, V]; [N·NSEG, H, K];
+                               # b [TT, H, K]
                                scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                                BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, NSEG: tl.constexpr,
-                               REVERSE: tl.constexpr, F32_DOT: tl.constexpr):
+                               REVERSE: tl.constexpr, F32_DOT: tl.constexpr, USE_GK: tl.constexpr):
     """(gla.13) The sweep of (gla.4) — or with REVERSE of (gla.7), last chunk first — over one segment of a
-    sequence, from a zero state: the segment's local states at every chunk (hs at chunk starts, dH at
-    chunk ends), its end state, and its total log-decay Λ = Σ b_L over its chunks (per key)."""
+    sequence, from a zero state (`_sweep`): the segment's local states at every chunk (hs at chunk starts, dH
+    at chunk ends), its end state, its total log-decay Λ = Σ b_L over its chunks (per key), and b (gla.3)."""
     (i_n, i_h, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state) = segment_prologue(
         cu_seqlens, H, K, V, BT, BK, BV, NSEG)
-    b_h = tl.zeros([BK, BV], tl.float32)
-    b_d = tl.zeros([BK], tl.float32)
-    for cc in range(0, c1 - c0):
-        c = c1 - 1 - cc if REVERSE else c0 + cc
-        i_s = first_slot + c
-        tl.store(states + (i_s * H + i_h) * K * V + p_state, b_h, mask=m_h)
-        start, end = sweep_chunk(cu_seqlens, i_n, c, BT)
-        b_bL = load_row(b, end - 1, i_h, o_k, m_k, H, K)  # [BK]
-        rows0, m_t0 = _half_rows(start, end, 0, BT)
-        rows1, m_t1 = _half_rows(start, end, 1, BT)
-        if REVERSE:
-            b_x0, b_y0 = _qbar_do(x, y, b, scale, rows0, m_t0, i_h, o_k, m_k, o_v, m_v, H, K, V)
-            b_x1, b_y1 = _qbar_do(x, y, b, scale, rows1, m_t1, i_h, o_k, m_k, o_v, m_v, H, K, V)
-        else:
-            b_x0, b_y0 = _khat_v(x, y, b, b_bL, rows0, m_t0, i_h, o_k, m_k, o_v, m_v, H, K, V)
-            b_x1, b_y1 = _khat_v(x, y, b, b_bL, rows1, m_t1, i_h, o_k, m_k, o_v, m_v, H, K, V)
-        b_h = b_h * exp_e(b_bL)[:, None] + _chunk_product(b_x0, b_y0, b_x1, b_y1, F32_DOT)
-        b_d += b_bL
+    bos, eos = sequence_rows(cu_seqlens, i_n)
+    b_h, b_d = _sweep(x, y, gk, b, states, tl.zeros([BK, BV], tl.float32), bos, eos, first_slot, c0, c1, i_h, o_k,
+                      m_k, o_v, m_v, m_h, p_state, scale, H, K, V, BT, REVERSE, USE_GK, F32_DOT)
     tl.store(ends + i_row * K * V + p_state, b_h, mask=m_h)
     if tl.program_id(0) == 0:
         tl.store(decay + i_row * K + o_k, b_d, mask=m_k)
@@ -538,24 +604,16 @@ def _sub_chunk_dqk(q, k, v, do, b, dq_s, dk_s, i_c, start, end, i_h, scale, H: t
 
 
 @triton.jit
-def chunk_dqk_intra_kernel(q, k, v, do, b, bounds, split,  # inputs
+def chunk_dqk_intra_kernel(q, k, v, do, b, bounds,  # inputs
                            dq_s, dk_s,  # outputs [TT, H, K] float32: the strict intra-chunk parts of (gla.9)
                            NS, scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                            BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr,
                            CB: tl.constexpr):
-    """dq°, dk° of (gla.10) of the chunks in slots CB·i … CB·i + CB − 1 at one head that `split` marks (not
-    direct, gla.12), one sub-chunk of 16 rows at a time; a direct chunk's are formed by chunk_dqkg_kernel."""
-    i_b, i_h = tl.program_id(0), tl.program_id(1)
-    o_b = i_b * CB + tl.arange(0, CB)
-    b_split = tl.load(split + o_b.to(tl.int64) * H + i_h, mask=o_b < NS, other=0)
-    if tl.max(b_split, axis=0) == 0:
-        return
-    for c in range(0, CB):
-        if tl.sum(tl.where(tl.arange(0, CB) == c, b_split, 0), axis=0) != 0:
-            start, end = slot_rows(bounds, (i_b * CB + c).to(tl.int64))
-            for i_c in range(0, tl.cdiv(end - start, BC)):
-                _sub_chunk_dqk(q, k, v, do, b, dq_s, dk_s, i_c, start, end, i_h, scale, H, K, V, BT, BK, BV,
-                               F32_DOT)
+    """dq°, dk° of (gla.10) of the chunks in slots CB·i … CB·i + CB − 1 at one head that are not direct
+    (`_split_slots`, deciding as `_chunk_direct` in chunk_dqkg_kernel), one sub-chunk of 16 rows at a time; a
+    direct chunk's are formed by chunk_dqkg_kernel."""
+    _each_split_chunk(q, k, v, do, b, bounds, dq_s, dk_s, NS, tl.program_id(1), scale, H, K, V, BT, BK, BV, F32_DOT,
+                      CB, 0.0, True)
 
 
 @triton.autotune(configs=block_configs("BK", (16, 32, 64)), key=["H", "K", "V", "BT"],
