@@ -620,7 +620,7 @@ def chunk_dqk_intra_kernel(q, k, v, do, b, bounds,  # inputs
                  prune_configs_by={"early_config_prune": prune_blocks("BK", "q")})
 @triton.jit
 def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
-                      dq, dk, dgk,  # outputs [TT, H, K]; dgk float32
+                      dq, dk, dgk,  # outputs [TT, H, K]; dgk in the log-decay's dtype (float32 without a gate)
                       scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                       BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
     """(gla.9) dq, dk and (gla.10) the log-decay gradient of one chunk, for one block of keys, from the
@@ -649,33 +649,43 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
     b_b = tl.where(m_t[:, None], load_tile(b, rows, m_t, i_h, o_k, m_k, H, K), b_bL[None, :])
     p_t = (rows[:, None] * H + i_h) * K + o_k[None, :]
     m_tk = m_t[:, None] & m_k[None, :]
-    if _chunk_direct(b, start, end, i_h, H, K, BK):
-        # (gla.12) dq°, dk° of the whole chunk through its first row: dA strictly below the diagonal
-        b_dA = tl.dot(b_do, tl.trans(b_v), input_precision=F32_DOT)  # [BT, BT] do_r · v_s
-        b_dA = tl.where(o_t[:, None] > o_t[None, :], b_dA, 0.0)
+    direct = _chunk_direct(b, start, end, i_h, H, K, BK)
+    b_dA_diag = tl.sum(b_do.to(tl.float32) * b_v.to(tl.float32), axis=1)  # [BT] do_r · v_r: the diagonal terms
+    b_state = exp_e(b_bL) * tl.sum(b_h * b_dh, axis=1)  # [BK] exp(b_L) ⊙ rowsum(h ⊙ dH), the state term of (gla.10)
+    # In three phases, each storing its output before the next begins, so that few [BT, BK] tiles are live
+    # at once. (gla.10) P = q ⊙ dq° − k ⊙ dk° + q̄ ⊙ (do hᵀ), every diagonal term left out, is summed as it goes.
+    # dq: dq° (gla.12: the whole chunk through its first row, dA strictly below the diagonal; else from
+    # chunk_dqk_intra_kernel), the diagonal and the state term of (gla.9)
+    if direct:
+        b_dA = tl.where(o_t[:, None] > o_t[None, :], tl.dot(b_do, tl.trans(b_v), input_precision=F32_DOT), 0.0)
         e_q, e_k = _chunk_factors(b_b, load_row(b, start, i_h, o_k, m_k, H, K), m_t)
         b_dq = e_q * tl.dot(b_dA, b_k * e_k, input_precision=F32_DOT) * scale
-        b_dk = e_k * tl.dot(tl.trans(b_dA), b_q * e_q, input_precision=F32_DOT) * scale
     else:
         b_dq = tl.load(dq_s + p_t, mask=m_tk, other=0.0)
+    b_qdecay = b_q * exp_e(b_b) * scale  # q̄ in float32
+    b_dqbar = tl.dot(b_do, tl.trans(b_h.to(dtype)), input_precision=F32_DOT)  # [BT, BK] do hᵀ
+    b_p = b_q * b_dq + b_qdecay * b_dqbar
+    b_dq += scale * b_dA_diag[:, None] * b_k + exp_e(b_b) * scale * b_dqbar
+    tl.store(dq + p_t, b_dq.to(dq.dtype.element_ty), mask=m_tk)
+    # dk: dk° (again through the chunk's first row where direct: dA formed a second time, one product),
+    # the diagonal and the state term
+    if direct:
+        b_dA = tl.where(o_t[:, None] > o_t[None, :], tl.dot(b_do, tl.trans(b_v), input_precision=F32_DOT), 0.0)
+        e_q, e_k = _chunk_factors(b_b, load_row(b, start, i_h, o_k, m_k, H, K), m_t)
+        b_dk = e_k * tl.dot(tl.trans(b_dA), b_q * e_q, input_precision=F32_DOT) * scale
+    else:
         b_dk = tl.load(dk_s + p_t, mask=m_tk, other=0.0)
-
+    b_p -= b_k * b_dk
     # X_s = k̂_s ⊙ (dH v_s), whose dH v_s is also the state term of dk (gla.9): one product for both
     b_dkin = tl.dot(b_v.to(tl.float32), tl.trans(b_dh), input_precision=F32_DOT)  # [BT, BK]
-    b_x = b_k * exp_e(b_bL[None, :] - b_b) * b_dkin  # past the end: k = 0, b = b_L
-    # Σ_{s<t} X_s: X moved down one row in registers (row t takes row t − 1, row 0 takes 0), then an
-    # inclusive cumsum (no total − suffix difference, whose terms would cancel under strong decay)
+    b_ekL = exp_e(b_bL[None, :] - b_b)  # past the end: b = b_L
+    b_dk += scale * b_dA_diag[:, None] * b_q + b_ekL * b_dkin
+    tl.store(dk + p_t, b_dk.to(dk.dtype.element_ty), mask=m_tk)
+    # (gla.10) dg = Σ_{s<t} X_s + exp(b_L) ⊙ rowsum(h ⊙ dH) + Σ_{r≥t} P_r. Σ_{s<t} X_s: X moved down one row in
+    # registers (row t takes row t − 1, row 0 takes 0), then an inclusive cumsum (no total − suffix difference,
+    # whose terms would cancel under strong decay)
+    b_x = b_k * b_ekL * b_dkin  # past the end: k = 0
     up = tl.broadcast_to(tl.maximum(o_t - 1, 0)[:, None], (BT, BK))
     b_xp = tl.where((o_t > 0)[:, None], tl.gather(b_x, up, axis=0), 0.0)
-    b_state = exp_e(b_bL) * tl.sum(b_h * b_dh, axis=1)  # exp(b_L) ⊙ rowsum(h ⊙ dH)
-    # (gla.10) P = q ⊙ dq° − k ⊙ dk° + q̄ ⊙ (do hᵀ): every diagonal term left out
-    b_dqbar = tl.dot(b_do, tl.trans(b_h.to(dtype)), input_precision=F32_DOT)  # [BT, BK]
-    b_p = b_q * b_dq - b_k * b_dk + b_q * exp_e(b_b) * scale * b_dqbar
     b_dg = tl.cumsum(b_xp, axis=0) + b_state[None, :] + tl.cumsum(b_p, axis=0, reverse=True)
-    # the diagonal terms (s = r), which carry no gate gradient, and the state terms of (gla.9)
-    b_dA_diag = tl.sum(b_do.to(tl.float32) * b_v.to(tl.float32), axis=1)  # [BT] do_r · v_r
-    b_dq += scale * b_dA_diag[:, None] * b_k + exp_e(b_b) * scale * b_dqbar
-    b_dk += scale * b_dA_diag[:, None] * b_q + exp_e(b_bL[None, :] - b_b) * b_dkin
-    tl.store(dq + p_t, b_dq.to(dq.dtype.element_ty), mask=m_tk)
-    tl.store(dk + p_t, b_dk.to(dk.dtype.element_ty), mask=m_tk)
     tl.store(dgk + p_t, b_dg, mask=m_tk)
