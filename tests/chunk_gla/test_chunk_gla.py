@@ -158,6 +158,11 @@ PINNED = {
     "strong-decay-12-H2": dict(shape=(1, 40, 2, 8, 8), strength=12.0, chunk_size=32),
     "varlen-empty-and-length-1-strong-decay-5-bf16": dict(shape=(1, 37, 1, 8, 12), cu_seqlens=[0, 0, 17, 18, 18, 37],
                                                           strength=5.0, dtype=jnp.bfloat16, chunk_size=16),
+    # a 16-bit gate alone reaches the kernels in its own dtype (with a scalar gate both are folded into float32):
+    # the bench's case, which the Hypothesis examples above may not draw
+    "gk-alone-bf16-T70-two-chunks": dict(shape=(1, 70, 2, 16, 24), dtype=jnp.bfloat16, gates=("gk",), strength=3.0,
+                                         chunk_size=32),
+    "gk-alone-f16-T40": dict(shape=(1, 40, 1, 16, 16), dtype=jnp.float16, gates=("gk",), chunk_size=16),
 }
 
 
@@ -165,7 +170,7 @@ PINNED = {
 def test_pinned_regressions(case):
     B, T, H, K, V = case["shape"]
     cu = case.get("cu_seqlens")
-    inputs = inputs_for(7, B, T, H, K, V, dtype=case.get("dtype", jnp.float32), gates=("g", "gk"),
+    inputs = inputs_for(7, B, T, H, K, V, dtype=case.get("dtype", jnp.float32), gates=case.get("gates", ("g", "gk")),
                         strength=case.get("strength", 1.0), n_seqs=None if cu is None else len(cu) - 1)
     kwargs = {n: case[n] for n in ("scale", "chunk_size") if n in case}
     if cu is not None:  # the reference's chunk slots and state resets checked against the definition too
