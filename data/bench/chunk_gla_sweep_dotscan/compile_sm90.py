@@ -1,5 +1,5 @@
 """Compile the three sweeps for sm_90 at two configs each, for bf16, f16 and f32 inputs at K = V = 64."""
-import sys; sys.path.insert(0, "/work/main")
+import sys; sys.path.insert(0, ".")  # run from the repository root
 import workbench  # noqa
 import jax, jax.numpy as jnp
 from workbench import compile_check, bench
