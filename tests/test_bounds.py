@@ -23,12 +23,13 @@ import pytest
 import triton
 import triton.language as tl
 from hypothesis import example, given
+from hypothesis import strategies as st
 from jax.experimental import checkify
 
 import workbench
 import workbench.testing
 from workbench import _bounds, launch
-from workbench.strategies import any_bounds, fewer_examples, seeds
+from workbench.strategies import any_bounds, cu_seqlens, fewer_examples, seeds
 from workbench.testing import rms_rel
 
 from . import bounds_worker
@@ -120,6 +121,40 @@ def test_rule_keeps_valid_bounds_and_makes_any_valid():
         got = np.asarray(_bounds.bounds_rule(jnp.asarray(raw, jnp.int32), T))
         assert np.array_equal(got, _rule(raw)[0])
         assert got.min() >= 0 and got.max() <= T and np.all(np.diff(got) >= 0)
+
+
+@fewer_examples(30, minimum=10)
+@given(bounds=cu_seqlens(max_total=200, max_seqs=6), chunk_size=st.sampled_from([16, 32, 64]))
+def test_the_slot_table_of_numpy_bounds_equals_the_traced_ones(bounds, chunk_size):
+    """`chunk_slots` on NumPy bounds (a fixed-length batch's, known when traced) gives the same five arrays,
+    int32 where the traced ones are, as on the same bounds under `jit` (packed sequences with empty ones)."""
+    cu = np.asarray(bounds, np.int32)
+    total = int(cu[-1])
+    host = _bounds.chunk_slots(cu, total, chunk_size)
+    traced = jax.jit(_bounds.chunk_slots, static_argnums=(1, 2))(jnp.asarray(cu), total, chunk_size)
+    assert all(isinstance(x, np.ndarray) for x in host)
+    for name, h, t in zip(("start", "end", "seq", "first", "last"), host, traced):
+        assert h.dtype == t.dtype and np.array_equal(h, np.asarray(t)), (name, bounds, chunk_size)
+
+
+@pytest.mark.parametrize("op", ["chunk_gla", "chunk_kda"])
+def test_a_fixed_length_batch_holds_its_slot_table_as_a_constant(op):
+    """Without `cu_seqlens` the bounds are arange(B+1)·T, known when the op is traced: the lowered forward and
+    backward hold the chunk-slot table as a constant, with no loop searching the bounds (XLA runs such a loop as
+    a chain of small kernels at every call: four rounds at B = 8). With traced `cu_seqlens` the search stays."""
+    B, T, H, D = 8, 64, 2, 16
+    x = jax.ShapeDtypeStruct((B, T, H, D), jnp.float32)
+    if op == "chunk_gla":
+        call = lambda q, cu: workbench.chunk_gla(q, q, q, gk=q, cu_seqlens=cu, chunk_size=16)[0]  # noqa: E731
+    else:
+        call = lambda q, cu: workbench.chunk_kda(q, q, q, q, jnp.ones(q.shape[:3], q.dtype), cu_seqlens=cu,  # noqa: E731
+                                                 chunk_size=16)[0]
+    loss = lambda q, cu: call(q, cu).sum()  # noqa: E731
+    fixed = jax.jit(jax.grad(lambda q: loss(q, None))).lower(x).as_text()
+    assert "stablehlo.while" not in fixed and "stablehlo.gather" not in fixed, op
+    packed = jax.ShapeDtypeStruct((1, B * T, H, D), jnp.float32)
+    traced = jax.jit(jax.grad(loss)).lower(packed, jax.ShapeDtypeStruct((B + 1,), jnp.int32)).as_text()
+    assert "stablehlo.while" in traced, op
 
 
 def _chunk_gla(q, cu):

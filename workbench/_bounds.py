@@ -61,7 +61,7 @@ def packed_bounds(cu_seqlens, B: int, T: int, name: str = "cu_seqlens"):
     """What the kernels see of a batch `[B, T, ...]`: `(cu, inside)` — fixed-length rows as sequences
     (cu = arange(B+1)·T) when `cu_seqlens` is None, else `traced_bounds` of it."""
     if cu_seqlens is None:
-        return jnp.arange(B + 1, dtype=jnp.int32) * T, None
+        return jnp.asarray(fixed_bounds(B, T)), None
     return traced_bounds(name, cu_seqlens, T)
 
 
@@ -97,27 +97,42 @@ def chunk_slots(cu_seqlens, total: int, chunk_size: int):
     sequence's first slot is at least one past this one's last), there are at most
     NS = total // chunk_size + N + 1 of them, and unused slots have start = end (no rows). The
     kernels use the same slots, for their grids and for the per-chunk states. `cu_seqlens` may be
-    traced; `total` (the packed length) and `chunk_size` are static.
+    traced; `total` (the packed length) and `chunk_size` are static. A NumPy `cu_seqlens` (bounds known
+    when the op is traced: a fixed-length batch's) gives NumPy arrays, by the same expressions.
     """
-    cu = cu_seqlens.astype(jnp.int32)
+    xp = np if isinstance(cu_seqlens, np.ndarray) else jnp
+    cu = cu_seqlens.astype(np.int32)
     N = cu.shape[0] - 1
     NS = total // chunk_size + N + 1
     lengths = cu[1:] - cu[:-1]
-    first_slot = cu[:-1] // chunk_size + jnp.arange(N, dtype=jnp.int32)  # strictly increasing
+    first_slot = cu[:-1] // chunk_size + xp.arange(N, dtype=np.int32)  # strictly increasing
     n_chunks = (lengths + chunk_size - 1) // chunk_size
-    slots = jnp.arange(NS, dtype=jnp.int32)
-    seq = jnp.clip(jnp.searchsorted(first_slot, slots, side="right").astype(jnp.int32) - 1, 0, N - 1)
+    slots = xp.arange(NS, dtype=np.int32)
+    seq = xp.clip(xp.searchsorted(first_slot, slots, side="right").astype(np.int32) - 1, 0, N - 1)
     c = slots - first_slot[seq]
     used = (c >= 0) & (c < n_chunks[seq])
-    start = jnp.where(used, cu[seq] + c * chunk_size, 0)
-    end = jnp.where(used, jnp.minimum(start + chunk_size, cu[seq + 1]), 0)
+    start = xp.where(used, cu[seq] + c * chunk_size, 0).astype(np.int32)
+    end = xp.where(used, xp.minimum(start + chunk_size, cu[seq + 1]), 0).astype(np.int32)
     return start, end, seq, used & (c == 0), used & (c == n_chunks[seq] - 1)
 
 
 def chunk_bounds(cu_seqlens, total: int, chunk_size: int):
-    """The kernels' slot table: int32 `[NS, 2]`, row `slot` = (start, end) of `chunk_slots`."""
+    """The kernels' slot table: int32 `[NS, 2]`, row `slot` = (start, end) of `chunk_slots`; a NumPy array
+    for NumPy bounds, which a jitted program then holds as a constant (no search of the bounds at each call)."""
     start, end, *_ = chunk_slots(cu_seqlens, total, chunk_size)
-    return jnp.stack([start, end], axis=-1)
+    return (np if isinstance(start, np.ndarray) else jnp).stack([start, end], axis=-1)
+
+
+def fixed_bounds(B: int, T: int):
+    """`cu_seqlens` of a fixed-length batch `[B, T, ...]` as the kernels see it: arange(B+1)·T, int32, NumPy."""
+    return np.arange(B + 1, dtype=np.int32) * np.int32(T)
+
+
+def slot_table(cu, total: int, chunk_size: int, batch: tuple[int, int] | None):
+    """`chunk_bounds` of a chunked op: for a fixed-length batch (`batch` = (B, T), its bounds known when the op
+    is traced) a NumPy table, which the program holds as a constant; else from the traced `cu`, which XLA would
+    search at every call (a loop of small kernels)."""
+    return chunk_bounds(fixed_bounds(*batch) if batch is not None else cu, total, chunk_size)
 
 
 def to_chunks(x, rows, valid):

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import triton
 
 from .. import _checks
-from .._bounds import chunk_bounds, keep_inside, packed_bounds, stand_ins
+from .._bounds import keep_inside, packed_bounds, slot_table, stand_ins
 from .._sharding import SEQUENCE_HINT, linear_dims, linear_out_dims, per_device, summed_grads, vary_like
 from ..launch import sm_count, triton_call
 from . import kernels
@@ -83,6 +83,7 @@ class _Static:
     scale: float
     chunk_size: int
     tuning: Tuning
+    batch: tuple[int, int] | None = None  # (B, T) of a fixed-length batch, whose bounds are known when traced
 
 
 def chunk_gla(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, cu_seqlens=None, chunk_size=64,
@@ -141,7 +142,7 @@ def _chunk_gla(q, k, v, g, gk, initial_state, cu_seqlens, *, scale, chunk_size, 
     a = pack(gk) if g is None else log_decay(pack(g), pack(gk), (B * T, H, K), jnp.float32)
     h0 = (vary_like(jnp.zeros((N, H, K, V), jnp.float32), q, k, v) if initial_state is None
           else initial_state.astype(jnp.float32))
-    static = _Static(scale=scale, chunk_size=chunk_size, tuning=tuning)
+    static = _Static(scale=scale, chunk_size=chunk_size, tuning=tuning, batch=(B, T) if cu_seqlens is None else None)
     o, ht = _chunk_gla_packed(pack(q), pack(k), pack(v), a, h0, cu, static)
     return keep_inside(o.reshape(B, T, H, V), inside), ht
 
@@ -227,7 +228,7 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     K, V, BK = _dims(q, v)
     BT = static.chunk_size
     N = cu.shape[0] - 1
-    bounds = chunk_bounds(cu, TT, BT)  # [NS, 2] int32
+    bounds = slot_table(cu, TT, BT, static.batch)  # [NS, 2] int32; a constant for a fixed batch
     tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
     ht, hs, b = _state_sweep(k, v, a, h0, cu, bounds, static, tune, reverse=False)  # (gla.3, gla.4, gla.13)
@@ -247,7 +248,7 @@ def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):
     K, V, BK = _dims(q, v)
     BT = static.chunk_size
     N = cu.shape[0] - 1
-    bounds = chunk_bounds(cu, TT, BT)  # [NS, 2] int32
+    bounds = slot_table(cu, TT, BT, static.batch)  # [NS, 2] int32; a constant for a fixed batch
     tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
     f32 = jnp.float32

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import triton
 
 from .. import _checks
-from .._bounds import chunk_bounds, keep_inside, packed_bounds, stand_ins
+from .._bounds import keep_inside, packed_bounds, slot_table, stand_ins
 from .._sharding import SEQUENCE_HINT, linear_dims, linear_out_dims, per_device, summed_grads, vary_like
 from ..launch import sm_count, triton_call
 from .. import tl_chunked
@@ -119,6 +119,7 @@ class _Static:
     chunk_size: int
     tuning: Tuning
     wy_variant: str = "transposed_pointer"  # internal: NOTES.md, "The review question"
+    batch: tuple[int, int] | None = None  # (B, T) of a fixed-length batch, whose bounds are known when traced
 
 
 def _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, impl) -> int:
@@ -207,6 +208,8 @@ def _chunk_kda(q, k, v, g, beta, initial_state, cu_seqlens, *, static: _Static, 
     """`chunk_kda` on one device's arrays (all of them, or its shard of the batch and heads)."""
     B, T, H, _ = q.shape
     cu, inside = packed_bounds(cu_seqlens, B, T)  # traced bounds: the bounds rule (API.md)
+    if cu_seqlens is None:
+        static = dataclasses.replace(static, batch=(B, T))
     if impl == "reference":
         return chunk_kda_ref(q, k, v, g, beta, scale=static.scale, initial_state=initial_state,
                              cu_seqlens=None if cu_seqlens is None else cu, chunk_size=static.chunk_size)
@@ -336,7 +339,7 @@ def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
     K, V, BK = _dims(q, v)
     BT = static.chunk_size
     N = cu.shape[0] - 1
-    bounds = chunk_bounds(cu, TT, BT)  # [NS, 2] int32
+    bounds = slot_table(cu, TT, BT, static.batch)  # [NS, 2] int32; a constant for a fixed batch
     tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
     f32 = jnp.float32
@@ -394,7 +397,7 @@ def _recomputed(q, k, v, g, beta, h0, cu, A, Aqk, starts, static: _Static):
     fused one's."""
     TT = q.shape[0]
     N = cu.shape[0] - 1
-    bounds = chunk_bounds(cu, TT, static.chunk_size)
+    bounds = slot_table(cu, TT, static.chunk_size, static.batch)
     tune = stand_ins(N, TT, static.chunk_size)
     b = _cumsum(g, bounds, static, tune)
     w, u, _, khat = _wu(q, k, v, b, beta, A, bounds, static, tune)
@@ -415,7 +418,7 @@ def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static, dg_dtype=j
     K, V, _ = _dims(q, v)
     BT = static.chunk_size
     N = cu.shape[0] - 1
-    bounds = chunk_bounds(cu, TT, BT)  # [NS, 2] int32
+    bounds = slot_table(cu, TT, BT, static.batch)  # [NS, 2] int32; a constant for a fixed batch
     tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
     f32 = jnp.float32
