@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import triton
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -256,6 +257,34 @@ def test_a_is_formed_for_chunks_within_the_margin_of_the_direct_range():
         np.testing.assert_allclose(A[rows, 0], want, rtol=1e-4, atol=1e-4 * np.max(np.abs(want)))
     # the launcher hands every output filled with NaN: an element the kernel never wrote stays NaN
     assert np.all(np.isnan(A[BT:2 * BT])), "chunk 1 is direct by any b: its rows are the o and dv kernels' to form"
+
+
+@pytest.mark.parametrize("gate_dtype", [jnp.bfloat16, jnp.float16, jnp.float32], ids=lambda d: jnp.dtype(d).name)
+@pytest.mark.parametrize("reverse", [False, True], ids=["h", "dh"])
+def test_the_sweeps_form_b_as_float64_prefix_sums_give_it(gate_dtype, reverse):
+    """(gla.3, "Where a sweep step's instructions go" in NOTES.md) b as `chunk_h_kernel` and `chunk_dh_kernel`
+    store it, a 16-bit gate's by products with matrices of ones, a float32 gate's by scans: within float32
+    rounding of the float64 prefix sums of each chunk, in a sequence of 2.5 chunks (the last one short) of gates
+    down to −50 (|b| up to ~3000); fails if either half of a chunk, or the carry of half 0 into half 1, is wrong."""
+    BT, H, K, V = 32, 2, 32, 16
+    T = 80
+    rng = np.random.default_rng(11)
+    a = jnp.asarray(-rng.uniform(0.0, 50.0, (T, H, K)), gate_dtype)
+    x, y = (jnp.asarray(rng.standard_normal((T, H, d)), gate_dtype) for d in (K, V))
+    cu = jnp.asarray([0, T], jnp.int32)
+    NS = -(-T // BT)
+    f32 = jnp.float32
+    kernel = kernels.chunk_dh_kernel if reverse else kernels.chunk_h_kernel
+    _, _, b = workbench.triton_call(
+        x, y, a, jnp.zeros((1, H, K, V), f32), cu, kernel=kernel,
+        out_shape=[jax.ShapeDtypeStruct((1, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32),
+                   jax.ShapeDtypeStruct((T, H, K), f32)],
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), H, triton.cdiv(K, meta["BK"])), H=H, K=K, V=V, BT=BT,
+        F32_DOT="ieee" if gate_dtype == jnp.float32 else "tf32", **(dict(scale=1.0) if reverse else {}))
+    a64 = np.asarray(a, np.float64)
+    want = np.concatenate([np.cumsum(a64[c:c + BT], axis=0) for c in range(0, T, BT)])
+    got = np.asarray(b, np.float64)
+    assert np.all(np.abs(got - want) <= 64 * 2.0 ** -24 * np.abs(want) + 1e-30), float(np.max(np.abs(got - want)))
 
 
 # ----------------------------------------------------------------------------- variable length

@@ -131,13 +131,27 @@ def _sweep_loads(x, y, gk, start, end, i_h, o_k, m_k, o_v, m_v, H: tl.constexpr,
 @triton.jit
 def _half_b(b_a0, b_a1, BT: tl.constexpr):
     """(gla.3) b of a chunk's two halves from their log-decays ([rows, BK] each, as loaded), and b_L, b at its last
-    row ([BK]): the prefix sums of half 0, then those of half 1 continued from half 0's last. Rows past the
-    chunk's end hold a = 0, so b stays at b_L there."""
+    row ([BK]): the prefix sums of half 0, then those of half 1 continued from half 0's total. Rows past the
+    chunk's end hold a = 0, so b stays at b_L there.
+
+    A 16-bit gate's sums are products with matrices of ones (lower triangular; all ones for half 0's total) on
+    the tensor cores: each product of 1 and a 16-bit value is exact and the sums are float32, where a scan over
+    the rows of a tile that spans the warps costs shuffles within each warp and shared memory between them
+    (NOTES.md, "Where a sweep step's instructions go"). A float32 gate (a scalar gate folded in, or float32
+    inputs) is summed by scans: its values are not exact in any 16-bit type."""
     HALF: tl.constexpr = BT // 2
     ROWS: tl.constexpr = HALF if HALF >= BC else BC
-    last = (tl.arange(0, ROWS) == ROWS - 1)[:, None]
-    b_b0 = tl.cumsum(b_a0.to(tl.float32), axis=0)
-    b_b1 = tl.cumsum(b_a1.to(tl.float32), axis=0) + tl.sum(tl.where(last, b_b0, 0.0), axis=0)[None, :]
+    o_r = tl.arange(0, ROWS)
+    last = (o_r == ROWS - 1)[:, None]
+    if b_a0.dtype == tl.float32:
+        b_b0 = tl.cumsum(b_a0, axis=0)
+        b_b1 = tl.cumsum(b_a1, axis=0) + tl.sum(tl.where(last, b_b0, 0.0), axis=0)[None, :]
+    else:
+        # ones by a select: a bool cast to bfloat16 reads 0 in Triton's interpreter (3.7.1 and 3.9.0)
+        tri = tl.where(o_r[:, None] >= o_r[None, :], 1.0, 0.0).to(b_a0.dtype)
+        b_b0 = tl.dot(tri, b_a0, out_dtype=tl.float32)
+        b_b1 = tl.dot(tri, b_a1, acc=tl.dot(tl.full((ROWS, ROWS), 1.0, b_a0.dtype), b_a0, out_dtype=tl.float32),
+                      out_dtype=tl.float32)
     return b_b0, b_b1, tl.sum(tl.where(last, b_b1, 0.0), axis=0)
 
 
