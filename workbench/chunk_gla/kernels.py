@@ -479,7 +479,8 @@ def chunk_a_kernel(q, k, gk, b, bounds,  # inputs: b [TT, H, K], or with B_LOCAL
                       BK, F32_DOT, CB, SPAN_MARGIN, False, B_LOCAL, USE_GK)
 
 
-@triton.autotune(configs=block_configs("BV"), key=["H", "K", "V", "BT"],
+@triton.autotune(configs=block_configs("BV") + [triton.Config({"BV": b}, num_warps=4, num_stages=2, maxnreg=128)
+                                                 for b in (32, 64)], key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": prune_blocks("BV", "v")})
 @triton.heuristics({"USE_GK": given("gk")})
 @triton.jit
