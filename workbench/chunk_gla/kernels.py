@@ -701,7 +701,12 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
         b_dk = tl.load(dk_s + p_t, mask=m_tk, other=0.0)
     b_p -= b_k * b_dk
     # X_s = k̂_s ⊙ (dH v_s), whose dH v_s is also the state term of dk (gla.9): one product for both
-    b_dkin = tl.dot(b_v.to(tl.float32), tl.trans(b_dh), input_precision=F32_DOT)  # [BT, BK]
+    if dtype == tl.bfloat16:  # dH as two bfloat16 parts, as in chunk_dv_kernel
+        b_dh_hi = b_dh.to(dtype)
+        b_dkin = tl.dot(b_v, tl.trans((b_dh - b_dh_hi.to(tl.float32)).to(dtype)),
+                        acc=tl.dot(b_v, tl.trans(b_dh_hi), out_dtype=tl.float32), out_dtype=tl.float32)
+    else:
+        b_dkin = tl.dot(b_v.to(tl.float32), tl.trans(b_dh), input_precision=F32_DOT)  # [BT, BK]
     b_ekL = exp_e(b_bL[None, :] - b_b)  # past the end: b = b_L
     b_dk += scale * b_dA_diag[:, None] * b_q + b_ekL * b_dkin
     tl.store(dk + p_t, b_dk.to(dk.dtype.element_ty), mask=m_tk)

@@ -4,9 +4,9 @@ mkdir -p /tmp/main && rm -rf /tmp/main/workbench && tar -xzf .devcache/main.tgz 
 T0=$(date +%s); w() { echo "$1 $(( $(date +%s) - T0 )) s" >> $OUT/walls.txt; }
 XLA_PYTHON_CLIENT_ALLOCATOR=platform WORKBENCH_AUTOTUNE=off timeout -s INT 200 python3 -m pytest -q -rA \
   -p no:cacheprovider -m gpu -n 8 tests/chunk_gla > $OUT/gpu_tests.log 2>&1; w "tests rc=$?"
-timeout -s INT 90 python3 -m workbench tune --write-table --op chunk_gla --kernels chunk_dv_kernel --shapes target \
+timeout -s INT 150 python3 -m workbench tune --write-table --op chunk_gla --kernels chunk_dv_kernel,chunk_dqkg_kernel --shapes target \
   --dtypes bfloat16 --head-dims 64 > $OUT/tune.log 2>&1; w "tune target rc=$?"
-timeout -s INT 90 python3 -m workbench tune --write-table --op chunk_gla --kernels chunk_dv_kernel --shapes sweep \
+timeout -s INT 150 python3 -m workbench tune --write-table --op chunk_gla --kernels chunk_dv_kernel,chunk_dqkg_kernel --shapes sweep \
   --T 65536 --dtypes bfloat16 >> $OUT/tune.log 2>&1; w "tune T64k rc=$?"
 cp workbench/tuning/NVIDIA_H200.json $OUT/
 for s in "--shapes target" "--shapes sweep --T 65536"; do
