@@ -314,6 +314,36 @@ def test_the_sweeps_form_b_as_float64_prefix_sums_give_it(gate_dtype, reverse):
         np.testing.assert_array_equal(sweep(True), got[last])
 
 
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=lambda d: jnp.dtype(d).name)
+def test_dv_takes_the_state_gradient_to_float32_precision(dtype):
+    """(gla.8) dv's state term k̂ dH keeps dH (float32) to more than the inputs' precision: as two bfloat16 parts
+    (hi + lo) with bfloat16 inputs, in tf32 with float16 ones. With q = 0 (A = 0) and no decay dv = k dH exactly;
+    stored in float32, it must be within 2⁻¹² of the float64 product relative to its terms. dH rounded to the
+    inputs' dtype once (lo dropped) errs by ~2⁻⁹."""
+    from workbench._bounds import chunk_bounds
+
+    BT, H, K, V = 32, 1, 32, 32
+    rng = np.random.default_rng(5)
+    k = jnp.asarray(rng.standard_normal((BT, H, K)), dtype)
+    zeros = jnp.zeros((BT, H, K), dtype)
+    dh = rng.standard_normal((1, H, K, V)).astype(np.float32) * (1 + 2.0 ** -9 * rng.standard_normal((K, V)))
+    cu = jnp.asarray([0, BT], jnp.int32)
+    bounds = chunk_bounds(cu, BT, BT)
+    NS = int(bounds.shape[0])
+    dhs = np.zeros((NS, H, K, V), np.float32)
+    dhs[0] = dh[0]
+    dv = np.asarray(workbench.triton_call(
+        zeros, k, jnp.zeros((BT, H, V), dtype), jnp.zeros((BT, H, K), jnp.float32), jnp.zeros((BT, H, BT), dtype),
+        jnp.asarray(dhs), bounds, kernel=kernels.chunk_dv_kernel,
+        out_shape=jax.ShapeDtypeStruct((BT, H, V), jnp.float32), grid=lambda meta: (V // meta["BV"], NS, H),
+        scale=1.0, H=H, K=K, V=V, BT=BT, BK=K, F32_DOT="tf32"), np.float64)
+    k64 = np.asarray(k, np.float64)[:, 0]
+    want = k64 @ dh[0, 0].astype(np.float64)
+    size = np.abs(k64) @ np.abs(dh[0, 0].astype(np.float64))
+    err = np.max(np.abs(dv[:, 0] - want) / size)
+    assert err < 2.0 ** -12, err
+
+
 # ----------------------------------------------------------------------------- variable length
 
 

@@ -624,20 +624,30 @@ def chunk_dv_kernel(q, k, do, b, A, dhs, bounds,  # inputs
     rows = start + o_t
     m_t = rows < end
     b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
+    dtype = b_do.dtype
     b_k = load_tile(k, rows, m_t, i_h, o_k, m_k, H, K)
     b_b = load_tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+    # k̂ dH first, so that k̂ and dH are dead before A is formed
+    b_bL = load_row(b, end - 1, i_h, o_k, m_k, H, K)
+    b_khat = (b_k * exp_e(b_bL[None, :] - b_b)).to(dtype)  # as the forward rounded it
+    b_dh = tl.load(dhs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
+                   mask=m_k[:, None] & m_v[None, :], other=0.0)  # [BK, BV]
+    if dtype == tl.bfloat16:
+        # dH, float32, as two bfloat16 parts (hi + lo: 16 bits of its mantissa where tf32 keeps 11; bfloat16 has
+        # float32's exponents, float16 not), each product with k̂ in bfloat16: operands of half the registers of
+        # float32 ones (sm_90, the target's configs: 233 → 176 registers at 4 warps, 160 → 128 at 8)
+        b_dh_hi = b_dh.to(dtype)
+        b_dv = tl.dot(b_khat, (b_dh - b_dh_hi.to(tl.float32)).to(dtype),
+                      acc=tl.dot(b_khat, b_dh_hi, out_dtype=tl.float32), out_dtype=tl.float32)
+    else:
+        b_dv = tl.dot(b_khat.to(tl.float32), b_dh, input_precision=F32_DOT)
     if _chunk_direct(b, start, end, i_h, H, K, BK):
         b_A = _chunk_A(load_tile(q, rows, m_t, i_h, o_k, m_k, H, K), b_k, b_b, load_row(b, start, i_h, o_k, m_k, H, K), m_t,
-                       scale, F32_DOT, BT).to(b_do.dtype)
+                       scale, F32_DOT, BT).to(dtype)
     else:
         b_A = tl.load(A + (rows[:, None] * H + i_h) * BT + o_t[None, :], mask=m_t[:, None] & m_t[None, :],
                       other=0.0)
-    b_bL = load_row(b, end - 1, i_h, o_k, m_k, H, K)
-    b_khat = (b_k * exp_e(b_bL[None, :] - b_b)).to(b_do.dtype).to(tl.float32)  # as the forward rounded it
-    b_dh = tl.load(dhs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
-                   mask=m_k[:, None] & m_v[None, :], other=0.0)  # [BK, BV]
-    b_dv = (tl.dot(tl.trans(b_A.to(b_do.dtype)), b_do, input_precision=F32_DOT)
-            + tl.dot(b_khat, b_dh, input_precision=F32_DOT))
+    b_dv += tl.dot(tl.trans(b_A.to(dtype)), b_do, input_precision=F32_DOT)
     tl.store(dv + (rows[:, None] * H + i_h) * V + o_v[None, :], b_dv.to(dv.dtype.element_ty),
              mask=m_t[:, None] & m_v[None, :])
 
@@ -767,7 +777,12 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
         b_dk = tl.load(dk_s + p_t, mask=m_tk, other=0.0)
     b_p -= b_k * b_dk
     # X_s = k̂_s ⊙ (dH v_s), whose dH v_s is also the state term of dk (gla.9): one product for both
-    b_dkin = tl.dot(b_v.to(tl.float32), tl.trans(b_dh), input_precision=F32_DOT)  # [BT, BK]
+    if dtype == tl.bfloat16:  # dH as two bfloat16 parts, as in chunk_dv_kernel
+        b_dh_hi = b_dh.to(dtype)
+        b_dkin = tl.dot(b_v, tl.trans((b_dh - b_dh_hi.to(tl.float32)).to(dtype)),
+                        acc=tl.dot(b_v, tl.trans(b_dh_hi), out_dtype=tl.float32), out_dtype=tl.float32)
+    else:
+        b_dkin = tl.dot(b_v.to(tl.float32), tl.trans(b_dh), input_precision=F32_DOT)  # [BT, BK]
     b_ekL = exp_e(b_bL[None, :] - b_b)  # past the end: b = b_L
     b_dk += scale * b_dA_diag[:, None] * b_q + b_ekL * b_dkin
     tl.store(dk + p_t, b_dk.to(dk.dtype.element_ty), mask=m_tk)
