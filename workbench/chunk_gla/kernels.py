@@ -34,7 +34,7 @@ from ..launch import given
 from ..tl_chunked import (BC, DIRECT_RANGE, RHO, SUB_CHUNK, block_configs, chunk_state_pass_kernel,  # noqa: F401
                           load_row, load_tile, prune_blocks, segment_prologue,
                           sequence_rows, slot_rows, sweep_chunk, sweep_prologue)
-from ..tl_helpers import exp_e
+from ..tl_helpers import dot_f32_right, exp_e
 
 
 # ----------------------------------------------------------------------------- forward
@@ -632,15 +632,9 @@ def chunk_dv_kernel(q, k, do, b, A, dhs, bounds,  # inputs
     b_khat = (b_k * exp_e(b_bL[None, :] - b_b)).to(dtype)  # as the forward rounded it
     b_dh = tl.load(dhs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
                    mask=m_k[:, None] & m_v[None, :], other=0.0)  # [BK, BV]
-    if dtype == tl.bfloat16:
-        # dH, float32, as two bfloat16 parts (hi + lo: 16 bits of its mantissa where tf32 keeps 11; bfloat16 has
-        # float32's exponents, float16 not), each product with k̂ in bfloat16: operands of half the registers of
-        # float32 ones (sm_90, the target's configs: 233 → 176 registers at 4 warps, 160 → 128 at 8)
-        b_dh_hi = b_dh.to(dtype)
-        b_dv = tl.dot(b_khat, (b_dh - b_dh_hi.to(tl.float32)).to(dtype),
-                      acc=tl.dot(b_khat, b_dh_hi, out_dtype=tl.float32), out_dtype=tl.float32)
-    else:
-        b_dv = tl.dot(b_khat.to(tl.float32), b_dh, input_precision=F32_DOT)
+    # dH in two bfloat16 parts with bfloat16 inputs (`dot_f32_right`; sm_90, the target's configs: 233 → 176
+    # registers at 4 warps, 160 → 128 at 8)
+    b_dv = dot_f32_right(b_khat, b_dh, F32_DOT)
     if _chunk_direct(b, start, end, i_h, H, K, BK):
         b_A = _chunk_A(load_tile(q, rows, m_t, i_h, o_k, m_k, H, K), b_k, b_b, load_row(b, start, i_h, o_k, m_k, H, K), m_t,
                        scale, F32_DOT, BT).to(dtype)
@@ -777,12 +771,7 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
         b_dk = tl.load(dk_s + p_t, mask=m_tk, other=0.0)
     b_p -= b_k * b_dk
     # X_s = k̂_s ⊙ (dH v_s), whose dH v_s is also the state term of dk (gla.9): one product for both
-    if dtype == tl.bfloat16:  # dH as two bfloat16 parts, as in chunk_dv_kernel
-        b_dh_hi = b_dh.to(dtype)
-        b_dkin = tl.dot(b_v, tl.trans((b_dh - b_dh_hi.to(tl.float32)).to(dtype)),
-                        acc=tl.dot(b_v, tl.trans(b_dh_hi), out_dtype=tl.float32), out_dtype=tl.float32)
-    else:
-        b_dkin = tl.dot(b_v.to(tl.float32), tl.trans(b_dh), input_precision=F32_DOT)  # [BT, BK]
+    b_dkin = dot_f32_right(b_v, tl.trans(b_dh), F32_DOT)  # [BT, BK]; dH in two bfloat16 parts with bfloat16 inputs
     b_ekL = exp_e(b_bL[None, :] - b_b)  # past the end: b = b_L
     b_dk += scale * b_dA_diag[:, None] * b_q + b_ekL * b_dkin
     tl.store(dk + p_t, b_dk.to(dk.dtype.element_ty), mask=m_tk)
