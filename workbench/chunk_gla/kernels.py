@@ -771,7 +771,7 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
         b_dk = tl.load(dk_s + p_t, mask=m_tk, other=0.0)
     b_p -= b_k * b_dk
     # X_s = k̂_s ⊙ (dH v_s), whose dH v_s is also the state term of dk (gla.9): one product for both
-    b_dkin = dot_f32_right(b_v, tl.trans(b_dh), F32_DOT)  # [BT, BK]; dH in two bfloat16 parts with bfloat16 inputs
+    b_dkin = tl.dot(b_v.to(tl.float32), tl.trans(b_dh), input_precision=F32_DOT)  # [BT, BK]
     b_ekL = exp_e(b_bL[None, :] - b_b)  # past the end: b = b_L
     b_dk += scale * b_dA_diag[:, None] * b_q + b_ekL * b_dkin
     tl.store(dk + p_t, b_dk.to(dk.dtype.element_ty), mask=m_tk)
