@@ -76,3 +76,17 @@ def tanh(x):
     tail = (1.0 - e) / (1.0 + e)
     tail = tl.where(x < 0, -tail, tail)
     return tl.where(a < TANH_SERIES, series, tail)
+
+
+@triton.jit
+def dot_f32_right(a, b, F32_DOT: tl.constexpr):
+    """a @ b ([M, N] float32) for a in the inputs' dtype and b float32, as the reference forms it (b kept in
+    float32). With a bfloat16: b as two bfloat16 parts, hi = bf16(b) and lo = bf16(b − hi), in two products
+    with a — 16 bits of b's mantissa where tf32 keeps 11, on operands of half the registers of float32 ones
+    (bfloat16 has float32's exponents; float16 has too few for a state or its gradient). Otherwise one product
+    of float32 operands at F32_DOT."""
+    if a.dtype == tl.bfloat16:
+        b_hi = b.to(tl.bfloat16)
+        return tl.dot(a, (b - b_hi.to(tl.float32)).to(tl.bfloat16), acc=tl.dot(a, b_hi, out_dtype=tl.float32),
+                      out_dtype=tl.float32)
+    return tl.dot(a.to(tl.float32), b, input_precision=F32_DOT)

@@ -221,13 +221,16 @@ def test_a_chunk_spanning_exactly_the_direct_range_takes_one_path_in_every_kerne
     check_against_oracle(inputs, 42, chunk_size=64)
 
 
-def test_a_is_formed_for_chunks_within_the_margin_of_the_direct_range():
-    """(gla.12, "Where b is formed" in NOTES.md) `chunk_a_kernel` forms A for every chunk the backward may find
-    not direct: the backward's b comes from another sweep than the forward's, so a chunk whose span lies just
-    under DIRECT_RANGE by the forward's b may lie over it by the backward's. Here b is given: chunk 0 spans
-    DIRECT_RANGE − 2⁻⁸ with |b| near 500 (inside the margin 2⁻⁶ + 2⁻¹² · |b_L|), chunk 1 DIRECT_RANGE − 1
-    (outside), chunk 2 DIRECT_RANGE + 1. Chunks 0 and 2 hold A as its definition gives it (fails if the kernel
-    took the margin away); chunk 1's rows are left unwritten (fails if every chunk were formed)."""
+@pytest.mark.parametrize("local", [False, True], ids=["b-rows", "b-local"])
+def test_a_is_formed_for_chunks_within_the_margin_of_the_direct_range(local):
+    """(gla.12, "Where b is formed" in NOTES.md) `chunk_a_kernel` forms A for every chunk the backward (or the o
+    kernel, forming b itself) may find not direct: the backward's b comes from another sweep than the forward's,
+    so a chunk whose span lies just under DIRECT_RANGE by the forward's b may lie over it by the backward's.
+    Chunk 0 spans DIRECT_RANGE − 2⁻⁸ with |b| near 500 (inside the margin 2⁻⁶ + 2⁻¹² · |b_L|), chunk 1
+    DIRECT_RANGE − 1 (outside), chunk 2 DIRECT_RANGE + 1. Chunks 0 and 2 hold A as its definition gives it
+    (fails if the kernel took the margin away); chunk 1's rows are left unwritten (fails if every chunk were
+    formed). b-rows: b given row by row (a float32 gate's sweep stores it so); b-local: a float16 gate and the
+    sweep's b_L per chunk slot, the kernel forming b from the gate (`_chunk_b`) for the chunks it takes."""
     from workbench._bounds import chunk_bounds
     from workbench.chunk_gla.kernels import DIRECT_RANGE
 
@@ -238,15 +241,31 @@ def test_a_is_formed_for_chunks_within_the_margin_of_the_direct_range():
     b = np.zeros((TT, H, K), np.float32)
     for c, (first, span) in enumerate([(-500.0, DIRECT_RANGE - 2.0 ** -8), (-3.0, DIRECT_RANGE - 1.0),
                                        (-3.0, DIRECT_RANGE + 1.0)]):
-        steps = np.linspace(0.0, span, BT, dtype=np.float64)  # b falls by `span` from the first row to the last
-        b[c * BT:(c + 1) * BT] = (first - steps)[:, None, None] * np.linspace(0.5, 1.0, K)[None, None, :]
+        # b falls by `span` from the first row to the last, in steps a float16 holds exactly (a multiple of 2⁻⁸
+        # under 4) and as the first row 500 or 3; half the key columns by half as much
+        steps = np.concatenate([[0.0], np.full(BT - 2, 1.25), [span - 1.25 * (BT - 2)]])
+        b[c * BT:(c + 1) * BT] = (first - np.cumsum(steps))[:, None, None] * np.where(np.arange(K) < K // 2, 0.5,
+                                                                                       1.0)[None, None, :]
     cu = jnp.asarray([0, TT], jnp.int32)
     bounds = chunk_bounds(cu, TT, BT)
+    NS = int(bounds.shape[0])
     scale = 0.25
-    A = np.asarray(workbench.triton_call(
-        jnp.asarray(q), jnp.asarray(k), jnp.asarray(b), bounds, kernel=kernels.chunk_a_kernel,
-        out_shape=jax.ShapeDtypeStruct((TT, H, BT), jnp.float32), grid=(bounds.shape[0], H), num_warps=4,
-        NS=int(bounds.shape[0]), scale=scale, F32_DOT="ieee", H=H, K=K, BT=BT, BK=K, CB=1))
+    if local:
+        gate = np.diff(np.concatenate([np.zeros((1, H, K), np.float32), b]), axis=0)
+        gate[::BT] = b[::BT]  # each chunk's prefix sums start again at its first row
+        assert np.array_equal(gate.astype(np.float16).astype(np.float32), gate)
+        b_L = np.zeros((NS, H, K), np.float32)
+        b_L[:3] = b[BT - 1::BT]
+        gate, b_in = jnp.asarray(gate, jnp.float16), jnp.asarray(b_L)
+    else:
+        gate, b_in = None, jnp.asarray(b)
+    A, _ = workbench.triton_call(
+        jnp.asarray(q), jnp.asarray(k), gate, b_in, bounds, kernel=kernels.chunk_a_kernel,
+        out_shape=[jax.ShapeDtypeStruct((TT, H, BT), jnp.float32),
+                   jax.ShapeDtypeStruct((TT, H, K) if local else (1,), jnp.float32)],
+        grid=(NS, H), num_warps=4, NS=NS, scale=scale, F32_DOT="ieee", H=H, K=K, BT=BT, BK=K, CB=1,
+        B_LOCAL=local)
+    A = np.asarray(A)
     spans = [float(np.max(b[c * BT, 0] - b[c * BT + BT - 1, 0])) for c in range(3)]
     assert spans[0] < DIRECT_RANGE < spans[2] and spans[1] < DIRECT_RANGE - 0.5, spans
     for c in (0, 2):
@@ -275,16 +294,54 @@ def test_the_sweeps_form_b_as_float64_prefix_sums_give_it(gate_dtype, reverse):
     NS = -(-T // BT)
     f32 = jnp.float32
     kernel = kernels.chunk_dh_kernel if reverse else kernels.chunk_h_kernel
-    _, _, b = workbench.triton_call(
-        x, y, a, jnp.zeros((1, H, K, V), f32), cu, kernel=kernel,
-        out_shape=[jax.ShapeDtypeStruct((1, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32),
-                   jax.ShapeDtypeStruct((T, H, K), f32)],
-        grid=lambda meta: (triton.cdiv(V, meta["BV"]), H, triton.cdiv(K, meta["BK"])), H=H, K=K, V=V, BT=BT,
-        F32_DOT="ieee" if gate_dtype == jnp.float32 else "tf32", **(dict(scale=1.0) if reverse else {}))
+
+    def sweep(local):
+        _, _, b = workbench.triton_call(
+            x, y, a, jnp.zeros((1, H, K, V), f32), cu, kernel=kernel,
+            out_shape=[jax.ShapeDtypeStruct((1, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), f32),
+                       jax.ShapeDtypeStruct((NS if local else T, H, K), f32)],
+            grid=lambda meta: (triton.cdiv(V, meta["BV"]), H, triton.cdiv(K, meta["BK"])), H=H, K=K, V=V, BT=BT,
+            F32_DOT="ieee" if gate_dtype == jnp.float32 else "tf32",
+            **(dict(scale=1.0) if reverse else dict(B_LOCAL=local)))
+        return np.asarray(b, np.float64)
+
     a64 = np.asarray(a, np.float64)
     want = np.concatenate([np.cumsum(a64[c:c + BT], axis=0) for c in range(0, T, BT)])
-    got = np.asarray(b, np.float64)
+    got = sweep(False)
     assert np.all(np.abs(got - want) <= 64 * 2.0 ** -24 * np.abs(want) + 1e-30), float(np.max(np.abs(got - want)))
+    if not reverse:  # B_LOCAL: b_L alone, by chunk slot (the last row of each chunk, the short one's too)
+        last = [min(c + BT, T) - 1 for c in range(0, T, BT)]
+        np.testing.assert_array_equal(sweep(True), got[last])
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=lambda d: jnp.dtype(d).name)
+def test_dv_takes_the_state_gradient_to_float32_precision(dtype):
+    """(gla.8) dv's state term k̂ dH keeps dH (float32) to more than the inputs' precision: as two bfloat16 parts
+    (hi + lo) with bfloat16 inputs, in tf32 with float16 ones. With q = 0 (A = 0) and no decay dv = k dH exactly;
+    stored in float32, it must be within 2⁻¹² of the float64 product relative to its terms. dH rounded to the
+    inputs' dtype once (lo dropped) errs by ~2⁻⁹."""
+    from workbench._bounds import chunk_bounds
+
+    BT, H, K, V = 32, 1, 32, 32
+    rng = np.random.default_rng(5)
+    k = jnp.asarray(rng.standard_normal((BT, H, K)), dtype)
+    zeros = jnp.zeros((BT, H, K), dtype)
+    dh = rng.standard_normal((1, H, K, V)).astype(np.float32) * (1 + 2.0 ** -9 * rng.standard_normal((K, V)))
+    cu = jnp.asarray([0, BT], jnp.int32)
+    bounds = chunk_bounds(cu, BT, BT)
+    NS = int(bounds.shape[0])
+    dhs = np.zeros((NS, H, K, V), np.float32)
+    dhs[0] = dh[0]
+    dv = np.asarray(workbench.triton_call(
+        zeros, k, jnp.zeros((BT, H, V), dtype), jnp.zeros((BT, H, K), jnp.float32), jnp.zeros((BT, H, BT), dtype),
+        jnp.asarray(dhs), bounds, kernel=kernels.chunk_dv_kernel,
+        out_shape=jax.ShapeDtypeStruct((BT, H, V), jnp.float32), grid=lambda meta: (V // meta["BV"], NS, H),
+        scale=1.0, H=H, K=K, V=V, BT=BT, BK=K, F32_DOT="tf32"), np.float64)
+    k64 = np.asarray(k, np.float64)[:, 0]
+    want = k64 @ dh[0, 0].astype(np.float64)
+    size = np.abs(k64) @ np.abs(dh[0, 0].astype(np.float64))
+    err = np.max(np.abs(dv[:, 0] - want) / size)
+    assert err < 2.0 ** -12, err
 
 
 # ----------------------------------------------------------------------------- variable length

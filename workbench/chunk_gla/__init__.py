@@ -162,28 +162,40 @@ def _f32_dot(q) -> str:
     return "ieee" if q.dtype == jnp.float32 else "tf32"
 
 
+def _b_local(a, reverse: bool) -> bool:
+    """Whether the forward's kernels form b (gla.3) from the gate where they read it, the sweep storing only each
+    chunk's b_L: without a gate or with a 16-bit one, whose prefix sums every kernel forms exactly rounded
+    (products with ones, NOTES.md "Where b is formed"). A float32 gate's b is summed by scans, whose last bits
+    depend on the tile's layout: the sweep stores it for every reader. The backward's kernels read the
+    backward sweep's b."""
+    return not reverse and (a is None or a.dtype != jnp.float32)
+
+
 def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: bool):
-    """(final, states [NS, H, K, V], b [TT, H, K]) of the forward state sweep (gla.4: x, y = k, v; init = h0;
-    states at chunk starts) or, with `reverse`, of the backward one (gla.7: x, y = q, do; init = dH at the end;
-    states = dH at chunk ends): one sweep per sequence, or the two-level pass of (gla.13). The sweep forms the
-    gate's cumulative sums b (gla.3) from the log-decay a as it goes and returns them: float32, zeros without
-    a gate."""
+    """(final, states [NS, H, K, V], b) of the forward state sweep (gla.4: x, y = k, v; init = h0; states at
+    chunk starts) or, with `reverse`, of the backward one (gla.7: x, y = q, do; init = dH at the end; states =
+    dH at chunk ends): one sweep per sequence, or the two-level pass of (gla.13). The sweep forms the gate's
+    cumulative sums b (gla.3) from the log-decay a as it goes and returns them, float32, zeros without a gate:
+    every row [TT, H, K], or where `_b_local` only b_L by chunk slot [NS, H, K]."""
     TT, H, _ = x.shape
     K, V, BK = _dims(x, y)
     N = cu.shape[0] - 1
     NS = bounds.shape[0]
     f32 = jnp.float32
     state = lambda n: jax.ShapeDtypeStruct((n, H, K, V), f32)  # noqa: E731
-    b = jax.ShapeDtypeStruct((TT, H, K), f32)
+    local = _b_local(a, reverse)
+    b = jax.ShapeDtypeStruct((NS if local else TT, H, K), f32)
     n_seg = static.tuning.segments
     if n_seg is None:
         n_seg = state_segments(N * H, triton.cdiv(TT, static.chunk_size), sm_count())
-    common = dict(H=H, K=K, V=V, BT=static.chunk_size, F32_DOT=_f32_dot(x))
+    common = dict(H=H, K=K, V=V, BT=static.chunk_size, F32_DOT=_f32_dot(x), B_LOCAL=local)
     sweep_grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H * n_seg, triton.cdiv(K, meta["BK"]))  # noqa: E731
     if n_seg == 1:
         kernel, name = ((kernels.chunk_dh_kernel, "workbench_chunk_gla_dh") if reverse
                         else (kernels.chunk_h_kernel, "workbench_chunk_gla_h"))
         extra = dict(scale=static.scale) if reverse else {}
+        if reverse:
+            common.pop("B_LOCAL")
         return triton_call(x, y, a, init, cu, kernel=kernel, out_shape=[state(N), state(NS), b], grid=sweep_grid,
                            tune_inputs=tune, name=name, **extra, **common)
     states, ends, decay, b = triton_call(
@@ -201,29 +213,35 @@ def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: b
         b, cu, starts, states, kernel=kernels.chunk_state_fixup_kernel, out_shape=state(NS),
         input_output_aliases={3: 0}, grid=(triton.cdiv(V, BV), N * H * n_seg, triton.cdiv(K, BK)),
         name="workbench_chunk_gla_state_fixup", H=H, K=K, V=V, BT=static.chunk_size, BK=BK, BV=BV, NSEG=n_seg,
-        REVERSE=reverse)
+        REVERSE=reverse, B_LOCAL=local)
     return final, states, b
 
 
 CB = 4  # chunk slots per program of the kernels that work only on chunks that are not direct (gla.12)
 
 
-def _a(q, k, b, bounds, static: _Static):
+def _a(q, k, a, b, bounds, static: _Static):
     """The intra-chunk matrix A (gla.5, gla.11) of the chunks that are not direct or nearly (gla.12), in the
-    inputs' dtype [TT, H, BT]; other chunks' rows are left unwritten (the o and dv kernels form them)."""
+    inputs' dtype [TT, H, BT]; other chunks' rows are left unwritten (the o and dv kernels form them). b: the
+    forward sweep's (`_state_sweep`)."""
     TT, H, _ = q.shape
     K, _, BK = _dims(q, q)
     BT = static.chunk_size
     NS = bounds.shape[0]
-    return triton_call(
-        q, k, b, bounds, kernel=kernels.chunk_a_kernel, out_shape=jax.ShapeDtypeStruct((TT, H, BT), q.dtype),
+    local = _b_local(a, reverse=False)
+    A, _ = triton_call(
+        q, k, a, b, bounds, kernel=kernels.chunk_a_kernel,
+        out_shape=[jax.ShapeDtypeStruct((TT, H, BT), q.dtype),
+                   jax.ShapeDtypeStruct((TT, H, K) if local else (1,), jnp.float32)],  # scratch: written, not read
         grid=(triton.cdiv(NS, CB), H), name="workbench_chunk_gla_a", num_warps=4, num_stages=1, NS=NS,
-        scale=static.scale, F32_DOT=_f32_dot(q), H=H, K=K, BT=BT, BK=BK, CB=CB)
+        scale=static.scale, F32_DOT=_f32_dot(q), H=H, K=K, BT=BT, BK=BK, CB=CB, B_LOCAL=local)
+    return A
 
 
 def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     """(o, final_state, residuals or None): residuals (hs, A) only when a backward will follow. The gate's
-    cumulative sums b are not kept (float32, twice a bfloat16 input's bytes): the backward forms them again."""
+    cumulative sums b are not kept (float32, twice a bfloat16 input's bytes): the backward forms them again; of a
+    16-bit gate the forward's kernels form them where they read them (`_b_local`)."""
     TT, H, _ = q.shape
     K, V, BK = _dims(q, v)
     BT = static.chunk_size
@@ -232,11 +250,12 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
     ht, hs, b = _state_sweep(k, v, a, h0, cu, bounds, static, tune, reverse=False)  # (gla.3, gla.4, gla.13)
-    A = _a(q, k, b, bounds, static)
+    A = _a(q, k, a, b, bounds, static)
     o = triton_call(
-        q, k, v, b, hs, A, bounds, kernel=kernels.chunk_o_kernel, out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype),
-        grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), tune_inputs=tune, name="workbench_chunk_gla_o",
-        scale=static.scale, V=V, F32_DOT=_f32_dot(q), H=H, K=K, BT=BT, BK=BK)
+        q, k, v, a, b, hs, A, bounds, kernel=kernels.chunk_o_kernel,
+        out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype), grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H),
+        tune_inputs=tune, name="workbench_chunk_gla_o", scale=static.scale, V=V, F32_DOT=_f32_dot(q), H=H, K=K,
+        BT=BT, BK=BK, B_LOCAL=_b_local(a, reverse=False))
     return o, ht, ((hs, A) if save else None)
 
 
@@ -254,7 +273,7 @@ def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):
     f32 = jnp.float32
     if residuals is None:
         _, hs, b_forward = _state_sweep(k, v, a, h0, cu, bounds, static, tune, reverse=False)
-        A = _a(q, k, b_forward, bounds, static)
+        A = _a(q, k, a, b_forward, bounds, static)
     else:
         hs, A = residuals
     common = dict(H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))

@@ -7,7 +7,9 @@ arrives as one array `gk` (the glue folds g into it, NOTES.md (gla.1)).
 
 forward
 * `chunk_h_kernel`       (V block, sequence·head, K block): the state at every chunk boundary, one sweep (gla.4),
-                         and the chunk-local prefix sums b of the log-decay (gla.3), float32, formed as it goes.
+                         and the chunk-local prefix sums b of the log-decay (gla.3), float32, formed as it goes:
+                         of a 16-bit gate only each chunk's b_L (B_LOCAL: the kernels after it form b from the
+                         gate where they read it), of a float32 gate every row.
 * `chunk_a_kernel`       (CB slots, head): the rows of A of the chunks that are not direct (gla.12), one
                          sub-chunk of 16 rows at a time, with decay ratios that are never exp of a positive
                          number (gla.5, gla.6); kept for the backward.
@@ -32,7 +34,7 @@ from ..launch import given
 from ..tl_chunked import (BC, DIRECT_RANGE, RHO, SUB_CHUNK, block_configs, chunk_state_pass_kernel,  # noqa: F401
                           load_row, load_tile, prune_blocks, segment_prologue,
                           sequence_rows, slot_rows, sweep_chunk, sweep_prologue)
-from ..tl_helpers import exp_e
+from ..tl_helpers import dot_f32_right, exp_e
 
 
 # ----------------------------------------------------------------------------- forward
@@ -156,14 +158,35 @@ def _half_b(b_a0, b_a1, BT: tl.constexpr):
 
 
 @triton.jit
+def _chunk_b(gk, rows, m_t, i_h, o_k, m_k, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+             USE_GK: tl.constexpr):
+    """(gla.3) b of a whole chunk ([BT, BK] float32) from the log-decays of rows `rows`, formed where it is read
+    (B_LOCAL): a 16-bit gate's prefix sums as the product with the lower-triangular matrix of ones (exact
+    products, float32 sums, as in `_half_b`), a float32 gate's by a scan; zeros without a gate. Rows past the
+    chunk's end load a = 0, so b stays at b_L there."""
+    if USE_GK:
+        b_a = tl.load(gk + (rows[:, None] * H + i_h) * K + o_k[None, :], mask=m_t[:, None] & m_k[None, :], other=0.0)
+        if b_a.dtype == tl.float32:
+            b_b = tl.cumsum(b_a, axis=0)
+        else:
+            o_t = tl.arange(0, BT)
+            tri = tl.where(o_t[:, None] >= o_t[None, :], 1.0, 0.0).to(b_a.dtype)  # not a bool cast: see `_half_b`
+            b_b = tl.dot(tri, b_a, out_dtype=tl.float32)
+    else:
+        b_b = tl.zeros([BT, o_k.shape[0]], tl.float32)
+    return b_b
+
+
+@triton.jit
 def _sweep(x, y, gk, b, states, b_h, bos, eos, first_slot, c_lo, c_hi, i_h, o_k, m_k, o_v, m_v, m_h, p_state, scale,
            H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
-           USE_GK: tl.constexpr, F32_DOT: tl.constexpr):
+           USE_GK: tl.constexpr, F32_DOT: tl.constexpr, B_LOCAL: tl.constexpr):
     """The state sweep over chunks c_lo … c_hi − 1 of the sequence at rows [bos, eos), from state b_h:
     (gla.4) h ← exp(b_L) ⊙ h + k̂ᵀ v, k̂ = k ⊙ exp(b_L − b) (x, y = k, v), or with REVERSE, last chunk first,
     (gla.7) dH ← exp(b_L) ⊙ dH + q̄ᵀ do, q̄ = scale · q ⊙ exp(b) (x, y = q, do). Each chunk's state is stored
     before its update (hs at chunk starts; dH at chunk ends); b (gla.3), formed here from the log-decays, is
-    stored by the programs of the first V block. Returns the state and Σ b_L over the chunks ([BK]).
+    stored by the programs of the first V block: every row ([TT, H, K]), or with B_LOCAL only b_L, by chunk slot
+    ([NS, H, K]; the readers form b from the gate themselves). Returns the state and Σ b_L over the chunks ([BK]).
 
     The next chunk's tiles are loaded at the top of each step, before this chunk's work: the loop carries
     them, so their latency overlaps the step instead of opening it (only the state is a chain)."""
@@ -184,11 +207,14 @@ def _sweep(x, y, gk, b, states, b_h, bos, eos, first_slot, c_lo, c_hi, i_h, o_k,
             H, K, V, BT, USE_GK)
         tl.store(states + ((first_slot + c) * H + i_h) * K * V + p_state, b_h, mask=m_h)
         b_b0, b_b1, b_bL = _half_b(b_a0, b_a1, BT)
-        rows0, m_t0 = _half_rows(start, end, 0, BT)
-        rows1, m_t1 = _half_rows(start, end, 1, BT)
-        m_b = m_k[None, :] & write_b
-        tl.store(b + (rows0[:, None] * H + i_h) * K + o_k[None, :], b_b0, mask=m_t0[:, None] & m_b)
-        tl.store(b + (rows1[:, None] * H + i_h) * K + o_k[None, :], b_b1, mask=m_t1[:, None] & m_b)
+        if B_LOCAL:
+            tl.store(b + ((first_slot + c) * H + i_h) * K + o_k, b_bL, mask=m_k & write_b)
+        else:
+            rows0, m_t0 = _half_rows(start, end, 0, BT)
+            rows1, m_t1 = _half_rows(start, end, 1, BT)
+            m_b = m_k[None, :] & write_b
+            tl.store(b + (rows0[:, None] * H + i_h) * K + o_k[None, :], b_b0, mask=m_t0[:, None] & m_b)
+            tl.store(b + (rows1[:, None] * H + i_h) * K + o_k[None, :], b_b1, mask=m_t1[:, None] & m_b)
         if REVERSE:
             b_x0 = b_x0.to(tl.float32) * exp_e(b_b0) * scale
             b_x1 = b_x1.to(tl.float32) * exp_e(b_b1) * scale
@@ -207,15 +233,18 @@ def _sweep(x, y, gk, b, states, b_h, bos, eos, first_slot, c_lo, c_hi, i_h, o_k,
 @triton.jit
 def chunk_h_kernel(k, v, gk, h0, cu_seqlens,  # inputs
                    ht, hs, b,  # outputs: final states [N, H, K, V]; states at chunk starts [NS, H, K, V]; b [TT, H, K]
+                   # or with B_LOCAL b_L [NS, H, K]
                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                   BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr, USE_GK: tl.constexpr):
-    """(gla.4) h ← exp(b_L) ⊙ h + k̂ᵀ v over the chunks of one sequence, and b (gla.3) of every chunk (`_sweep`)."""
+                   BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr, B_LOCAL: tl.constexpr,
+                   USE_GK: tl.constexpr):
+    """(gla.4) h ← exp(b_L) ⊙ h + k̂ᵀ v over the chunks of one sequence, and b (gla.3) of every chunk, or b_L
+    (`_sweep`)."""
     i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state = _key_block_sweep_prologue(
         cu_seqlens, H, K, V, BT, BK, BV)
     bos, eos = sequence_rows(cu_seqlens, i_nh // H)
     b_h = tl.load(h0 + i_nh * K * V + p_state, mask=m_h, other=0.0)  # [BK, BV]
     b_h, _ = _sweep(k, v, gk, b, hs, b_h, bos, eos, first_slot, 0, n_chunks, i_h, o_k, m_k, o_v, m_v, m_h, p_state,
-                    1.0, H, K, V, BT, False, USE_GK, F32_DOT)
+                    1.0, H, K, V, BT, False, USE_GK, F32_DOT, B_LOCAL)
     tl.store(ht + i_nh * K * V + p_state, b_h, mask=m_h)
 
 
@@ -364,12 +393,13 @@ SPAN_MARGIN = tl.constexpr(2.0 ** -6)  # (gla.12) A is formed for every chunk wh
 
 
 @triton.jit
-def _split_slots(b, bounds, NS, i_h, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CB: tl.constexpr,
-                 MARGIN: tl.constexpr):
+def _split_slots(b, gk, bounds, NS, i_h, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, CB: tl.constexpr,
+                 MARGIN: tl.constexpr, B_LOCAL: tl.constexpr, USE_GK: tl.constexpr):
     """(gla.12) Of chunk slots CB·i … CB·i + CB − 1 (i = program_id(0)) at head i_h, which hold a chunk that is
     not direct ([CB] int1): span = max over the K key columns of b_start − b_{end−1}, the expression
-    `_chunk_direct` evaluates in the o, dv and dqkg kernels; with MARGIN, also those whose span is within
-    2⁻⁶ + 2⁻¹² |b_{end−1}| of RHO.
+    `_chunk_direct` evaluates in the dv and dqkg kernels and chunk_o_kernel from its own b; with MARGIN, also
+    those whose span is within 2⁻⁶ + 2⁻¹² |b_{end−1}| of RHO. With B_LOCAL b is the sweep's b_L by slot, and
+    b_start = a_start (the prefix sum at a chunk's first row is its own log-decay).
 
     The forward and the backward form b by different sweeps (gla.3); with log-decays ≤ 0 each is a sum of
     terms of one sign, so the two differ by less than 64 · 2⁻²³ |b_{end−1}| at every row, and a span by
@@ -382,8 +412,15 @@ def _split_slots(b, bounds, NS, i_h, H: tl.constexpr, K: tl.constexpr, BK: tl.co
     has_rows = start < end
     o_k = tl.arange(0, BK)
     m_bk = has_rows[:, None] & (o_k < K)[None, :]
-    b_b0 = tl.load(b + (start[:, None] * H + i_h) * K + o_k[None, :], mask=m_bk, other=0.0)
-    b_bL = tl.load(b + ((end - 1)[:, None] * H + i_h) * K + o_k[None, :], mask=m_bk, other=0.0)
+    if B_LOCAL:
+        if USE_GK:
+            b_b0 = tl.load(gk + (start[:, None] * H + i_h) * K + o_k[None, :], mask=m_bk, other=0.0).to(tl.float32)
+        else:
+            b_b0 = tl.zeros([CB, BK], tl.float32)
+        b_bL = tl.load(b + (o_b.to(tl.int64)[:, None] * H + i_h) * K + o_k[None, :], mask=m_bk, other=0.0)
+    else:
+        b_b0 = tl.load(b + (start[:, None] * H + i_h) * K + o_k[None, :], mask=m_bk, other=0.0)
+        b_bL = tl.load(b + ((end - 1)[:, None] * H + i_h) * K + o_k[None, :], mask=m_bk, other=0.0)
     span = tl.max(b_b0 - b_bL, axis=1)  # [CB]
     if MARGIN > 0:
         direct = span <= RHO - (MARGIN + tl.max(tl.abs(b_bL), axis=1) * (2.0 ** -12))
@@ -393,46 +430,69 @@ def _split_slots(b, bounds, NS, i_h, H: tl.constexpr, K: tl.constexpr, BK: tl.co
 
 
 @triton.jit
-def _each_split_chunk(q, k, v, do, b, bounds, out0, out1, NS, i_h, scale, H: tl.constexpr, K: tl.constexpr,
+def _each_split_chunk(q, k, v, do, b, gk, bs, bounds, out0, out1, NS, i_h, scale, H: tl.constexpr, K: tl.constexpr,
                       V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr,
-                      CB: tl.constexpr, MARGIN: tl.constexpr, INTRA: tl.constexpr):
+                      CB: tl.constexpr, MARGIN: tl.constexpr, INTRA: tl.constexpr, B_LOCAL: tl.constexpr,
+                      USE_GK: tl.constexpr):
     """For each chunk of this program's CB slots that `_split_slots` marks, sub-chunk by sub-chunk: its rows of A
     into out0 (`_sub_chunk_a`), or with INTRA its dq°, dk° into out0, out1 (`_sub_chunk_dqk`). With the usual
-    gates nearly every chunk is direct, and the program does nothing after reading two rows of b per chunk."""
-    b_split = _split_slots(b, bounds, NS, i_h, H, K, BK, CB, MARGIN).to(tl.int32)
+    gates nearly every chunk is direct, and the program does nothing after reading two rows of b per chunk (with
+    B_LOCAL a row of the gate and b_L). With B_LOCAL a marked chunk's b is formed from the gate (`_chunk_b`) and
+    stored in its rows of the scratch bs, which the sub-chunk steps read as they read b."""
+    b_split = _split_slots(b, gk, bounds, NS, i_h, H, K, BK, CB, MARGIN, B_LOCAL, USE_GK).to(tl.int32)
+    if B_LOCAL:
+        b_rows = bs
+    else:
+        b_rows = b
     if tl.max(b_split, axis=0) != 0:
         for c in range(0, CB):
             if tl.sum(tl.where(tl.arange(0, CB) == c, b_split, 0), axis=0) != 0:
                 start, end = slot_rows(bounds, (tl.program_id(0) * CB + c).to(tl.int64))
+                if B_LOCAL:
+                    rows = start + tl.arange(0, BT)
+                    m_t = rows < end
+                    o_k = tl.arange(0, BK)
+                    m_k = o_k < K
+                    b_b = _chunk_b(gk, rows, m_t, i_h, o_k, m_k, H, K, BT, USE_GK)
+                    tl.store(bs + (rows[:, None] * H + i_h) * K + o_k[None, :], b_b, mask=m_t[:, None] & m_k[None, :])
+                    tl.debug_barrier()  # the rows just stored, read below by every thread of the program
                 for i_c in range(0, tl.cdiv(end - start, BC)):
                     if INTRA:
-                        _sub_chunk_dqk(q, k, v, do, b, out0, out1, i_c, start, end, i_h, scale, H, K, V, BT, BK, BV,
-                                       F32_DOT)
+                        _sub_chunk_dqk(q, k, v, do, b_rows, out0, out1, i_c, start, end, i_h, scale, H, K, V, BT, BK,
+                                       BV, F32_DOT)
                     else:
-                        _sub_chunk_a(q, k, b, out0, i_c, start, end, i_h, scale, H, K, BT, BK, F32_DOT)
+                        _sub_chunk_a(q, k, b_rows, out0, i_c, start, end, i_h, scale, H, K, BT, BK, F32_DOT)
 
 
+@triton.heuristics({"USE_GK": given("gk")})
 @triton.jit
-def chunk_a_kernel(q, k, b, bounds,  # inputs
-                   A,  # output [TT, H, BT]: the intra-chunk attention, in the inputs' dtype
+def chunk_a_kernel(q, k, gk, b, bounds,  # inputs: b [TT, H, K], or with B_LOCAL the sweep's b_L [NS, H, K]
+                   A, bs,  # outputs: [TT, H, BT] the intra-chunk attention, in the inputs' dtype; with B_LOCAL
+                   # [TT, H, K] float32 scratch (b of the chunks A is formed for), else unused
                    NS, scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                   BK: tl.constexpr, F32_DOT: tl.constexpr, CB: tl.constexpr):
+                   BK: tl.constexpr, F32_DOT: tl.constexpr, CB: tl.constexpr, B_LOCAL: tl.constexpr,
+                   USE_GK: tl.constexpr):
     """(gla.5) A of the chunks in slots CB·i … CB·i + CB − 1 at one head that are not direct, or nearly
     (`_split_slots` with its margin), one sub-chunk of 16 rows at a time (gla.6, gla.11). Other chunks' rows
     are left unwritten: the o and dv kernels form them (gla.12)."""
-    _each_split_chunk(q, k, None, None, b, bounds, A, None, NS, tl.program_id(1), scale, H, K, K, BT, BK, BK,
-                      F32_DOT, CB, SPAN_MARGIN, False)
+    _each_split_chunk(q, k, None, None, b, gk, bs, bounds, A, None, NS, tl.program_id(1), scale, H, K, K, BT, BK,
+                      BK, F32_DOT, CB, SPAN_MARGIN, False, B_LOCAL, USE_GK)
 
 
-@triton.autotune(configs=block_configs("BV"), key=["H", "K", "V", "BT"],
+@triton.autotune(configs=block_configs("BV") + [triton.Config({"BV": b}, num_warps=4, num_stages=2, maxnreg=128)
+                                                 for b in (32, 64)], key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": prune_blocks("BV", "v")})
+@triton.heuristics({"USE_GK": given("gk")})
 @triton.jit
-def chunk_o_kernel(q, k, v, b, hs, A, bounds,  # inputs
+def chunk_o_kernel(q, k, v, gk, b, hs, A, bounds,  # inputs: b [TT, H, K], or with B_LOCAL the sweep's b_L [NS, H, K]
                    o,  # output [TT, H, V]
                    scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                   BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+                   BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr, B_LOCAL: tl.constexpr,
+                   USE_GK: tl.constexpr):
     """(gla.5) o = q̄ h + A v for one chunk: two products of whole-chunk tiles; A from `chunk_a_kernel`,
-    or for a direct chunk (gla.12) formed here."""
+    or for a direct chunk (gla.12) formed here. With B_LOCAL b is formed here from the gate (`_chunk_b`), and
+    whether the chunk is direct decided as `_split_slots` does (without its margin): from the gate's first row,
+    b_0 (exactly: the first row of the product with ones), and the sweep's b_L."""
     i_v, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     start, end = slot_rows(bounds, i_s)
     if start >= end:
@@ -448,11 +508,21 @@ def chunk_o_kernel(q, k, v, b, hs, A, bounds,  # inputs
     b_h = tl.load(hs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :],
                   other=0.0).to(dtype)  # [BK, BV]
     b_q = load_tile(q, rows, m_t, i_h, o_k, m_k, H, K)
-    b_b = load_tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+    if B_LOCAL:
+        b_b = _chunk_b(gk, rows, m_t, i_h, o_k, m_k, H, K, BT, USE_GK)
+        if USE_GK:
+            b_b0 = load_row(gk, start, i_h, o_k, m_k, H, K)
+        else:
+            b_b0 = tl.zeros([BK], tl.float32)
+        direct = tl.max(b_b0 - load_row(b, i_s, i_h, o_k, m_k, H, K), axis=0) <= RHO
+    else:
+        b_b = load_tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+        b_b0 = load_row(b, start, i_h, o_k, m_k, H, K)
+        direct = _chunk_direct(b, start, end, i_h, H, K, BK)
     b_qbar = (b_q * exp_e(b_b) * scale).to(dtype)  # rows past the end: q = 0
-    if _chunk_direct(b, start, end, i_h, H, K, BK):
-        b_A = _chunk_A(b_q, load_tile(k, rows, m_t, i_h, o_k, m_k, H, K), b_b, load_row(b, start, i_h, o_k, m_k, H, K), m_t,
-                       scale, F32_DOT, BT).to(dtype)  # rounded as chunk_a_kernel stores it
+    if direct:
+        b_A = _chunk_A(b_q, load_tile(k, rows, m_t, i_h, o_k, m_k, H, K), b_b, b_b0, m_t, scale, F32_DOT,
+                       BT).to(dtype)  # rounded as chunk_a_kernel stores it
     else:
         b_A = tl.load(A + (rows[:, None] * H + i_h) * BT + o_t[None, :], mask=m_t[:, None] & m_t[None, :],
                       other=0.0)
@@ -479,7 +549,7 @@ def chunk_dh_kernel(q, do, gk, dht, cu_seqlens,  # inputs
     bos, eos = sequence_rows(cu_seqlens, i_nh // H)
     b_dh = tl.load(dht + i_nh * K * V + p_state, mask=m_h, other=0.0)  # [BK, BV]
     b_dh, _ = _sweep(q, do, gk, b, dhs, b_dh, bos, eos, first_slot, 0, n_chunks, i_h, o_k, m_k, o_v, m_v, m_h,
-                     p_state, scale, H, K, V, BT, True, USE_GK, F32_DOT)
+                     p_state, scale, H, K, V, BT, True, USE_GK, F32_DOT, False)
     tl.store(dh0 + i_nh * K * V + p_state, b_dh, mask=m_h)
 
 
@@ -492,18 +562,19 @@ def chunk_dh_kernel(q, do, gk, dht, cu_seqlens,  # inputs
 @triton.jit
 def chunk_segment_sweep_kernel(x, y, gk, cu_seqlens,  # inputs: (k, v) forward, (q, do) with REVERSE
                                states, ends, decay, b,  # outputs: [NS, H, K, V]; [N·NSEG, H, K, V]; [N·NSEG, H, K];
-                               # b [TT, H, K]
+                               # b [TT, H, K] or with B_LOCAL b_L [NS, H, K]
                                scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                                BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, NSEG: tl.constexpr,
-                               REVERSE: tl.constexpr, F32_DOT: tl.constexpr, USE_GK: tl.constexpr):
+                               REVERSE: tl.constexpr, F32_DOT: tl.constexpr, B_LOCAL: tl.constexpr,
+                               USE_GK: tl.constexpr):
     """(gla.13) The sweep of (gla.4) — or with REVERSE of (gla.7), last chunk first — over one segment of a
     sequence, from a zero state (`_sweep`): the segment's local states at every chunk (hs at chunk starts, dH
-    at chunk ends), its end state, its total log-decay Λ = Σ b_L over its chunks (per key), and b (gla.3)."""
+    at chunk ends), its end state, its total log-decay Λ = Σ b_L over its chunks (per key), and b (gla.3), or b_L."""
     (i_n, i_h, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state) = segment_prologue(
         cu_seqlens, H, K, V, BT, BK, BV, NSEG)
     bos, eos = sequence_rows(cu_seqlens, i_n)
     b_h, b_d = _sweep(x, y, gk, b, states, tl.zeros([BK, BV], tl.float32), bos, eos, first_slot, c0, c1, i_h, o_k,
-                      m_k, o_v, m_v, m_h, p_state, scale, H, K, V, BT, REVERSE, USE_GK, F32_DOT)
+                      m_k, o_v, m_v, m_h, p_state, scale, H, K, V, BT, REVERSE, USE_GK, F32_DOT, B_LOCAL)
     tl.store(ends + i_row * K * V + p_state, b_h, mask=m_h)
     if tl.program_id(0) == 0:
         tl.store(decay + i_row * K + o_k, b_d, mask=m_k)
@@ -513,9 +584,11 @@ def chunk_segment_sweep_kernel(x, y, gk, cu_seqlens,  # inputs: (k, v) forward, 
 def chunk_state_fixup_kernel(b, cu_seqlens, starts, states_in,  # inputs (states_in is `states`, aliased)
                              states,  # output [NS, H, K, V]: local states, corrected in place
                              H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                             BK: tl.constexpr, BV: tl.constexpr, NSEG: tl.constexpr, REVERSE: tl.constexpr):
+                             BK: tl.constexpr, BV: tl.constexpr, NSEG: tl.constexpr, REVERSE: tl.constexpr,
+                             B_LOCAL: tl.constexpr):
     """(gla.13) Every state of a segment plus the part its entering state S_j contributes: at chunk c,
-    exp(Σ b_L over the segment's chunks before c — after c with REVERSE) ⊙ S_j."""
+    exp(Σ b_L over the segment's chunks before c — after c with REVERSE) ⊙ S_j. b_L from b's row at each chunk's
+    end, or with B_LOCAL from the sweep's b_L by chunk slot."""
     (i_n, i_h, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state) = segment_prologue(
         cu_seqlens, H, K, V, BT, BK, BV, NSEG)
     b_s = tl.load(starts + i_row * K * V + p_state, mask=m_h, other=0.0)
@@ -524,8 +597,11 @@ def chunk_state_fixup_kernel(b, cu_seqlens, starts, states_in,  # inputs (states
         c = c1 - 1 - cc if REVERSE else c0 + cc
         p = states + ((first_slot + c) * H + i_h) * K * V + p_state
         tl.store(p, tl.load(p, mask=m_h, other=0.0) + exp_e(b_d)[:, None] * b_s, mask=m_h)
-        _, end = sweep_chunk(cu_seqlens, i_n, c, BT)
-        b_d += load_row(b, end - 1, i_h, o_k, m_k, H, K)
+        if B_LOCAL:
+            b_d += load_row(b, first_slot + c, i_h, o_k, m_k, H, K)
+        else:
+            _, end = sweep_chunk(cu_seqlens, i_n, c, BT)
+            b_d += load_row(b, end - 1, i_h, o_k, m_k, H, K)
 
 
 @triton.autotune(configs=block_configs("BV"), key=["H", "K", "V", "BT"],
@@ -548,20 +624,24 @@ def chunk_dv_kernel(q, k, do, b, A, dhs, bounds,  # inputs
     rows = start + o_t
     m_t = rows < end
     b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
+    dtype = b_do.dtype
     b_k = load_tile(k, rows, m_t, i_h, o_k, m_k, H, K)
     b_b = load_tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+    # k̂ dH first, so that k̂ and dH are dead before A is formed
+    b_bL = load_row(b, end - 1, i_h, o_k, m_k, H, K)
+    b_khat = (b_k * exp_e(b_bL[None, :] - b_b)).to(dtype)  # as the forward rounded it
+    b_dh = tl.load(dhs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
+                   mask=m_k[:, None] & m_v[None, :], other=0.0)  # [BK, BV]
+    # dH in two bfloat16 parts with bfloat16 inputs (`dot_f32_right`; sm_90, the target's configs: 233 → 176
+    # registers at 4 warps, 160 → 128 at 8)
+    b_dv = dot_f32_right(b_khat, b_dh, F32_DOT)
     if _chunk_direct(b, start, end, i_h, H, K, BK):
         b_A = _chunk_A(load_tile(q, rows, m_t, i_h, o_k, m_k, H, K), b_k, b_b, load_row(b, start, i_h, o_k, m_k, H, K), m_t,
-                       scale, F32_DOT, BT).to(b_do.dtype)
+                       scale, F32_DOT, BT).to(dtype)
     else:
         b_A = tl.load(A + (rows[:, None] * H + i_h) * BT + o_t[None, :], mask=m_t[:, None] & m_t[None, :],
                       other=0.0)
-    b_bL = load_row(b, end - 1, i_h, o_k, m_k, H, K)
-    b_khat = (b_k * exp_e(b_bL[None, :] - b_b)).to(b_do.dtype).to(tl.float32)  # as the forward rounded it
-    b_dh = tl.load(dhs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
-                   mask=m_k[:, None] & m_v[None, :], other=0.0)  # [BK, BV]
-    b_dv = (tl.dot(tl.trans(b_A.to(b_do.dtype)), b_do, input_precision=F32_DOT)
-            + tl.dot(b_khat, b_dh, input_precision=F32_DOT))
+    b_dv += tl.dot(tl.trans(b_A.to(dtype)), b_do, input_precision=F32_DOT)
     tl.store(dv + (rows[:, None] * H + i_h) * V + o_v[None, :], b_dv.to(dv.dtype.element_ty),
              mask=m_t[:, None] & m_v[None, :])
 
@@ -626,8 +706,8 @@ def chunk_dqk_intra_kernel(q, k, v, do, b, bounds,  # inputs
     """dq°, dk° of (gla.10) of the chunks in slots CB·i … CB·i + CB − 1 at one head that are not direct
     (`_split_slots`, deciding as `_chunk_direct` in chunk_dqkg_kernel), one sub-chunk of 16 rows at a time; a
     direct chunk's are formed by chunk_dqkg_kernel."""
-    _each_split_chunk(q, k, v, do, b, bounds, dq_s, dk_s, NS, tl.program_id(1), scale, H, K, V, BT, BK, BV, F32_DOT,
-                      CB, 0.0, True)
+    _each_split_chunk(q, k, v, do, b, None, None, bounds, dq_s, dk_s, NS, tl.program_id(1), scale, H, K, V, BT, BK,
+                      BV, F32_DOT, CB, 0.0, True, False, False)
 
 
 @triton.autotune(configs=block_configs("BK", (16, 32, 64)), key=["H", "K", "V", "BT"],
