@@ -21,22 +21,55 @@ from workbench.tl_helpers import dot_f32_right, exp_e
 
 
 @triton.jit
-def _sweep_role(k, v, gk, hs, bL, flags, pid, NT, scale, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
-    """`chunk_h_kernel`'s sweep (gla.4; B_LOCAL: each chunk's entering state and b_L stored by slot) for the state
-    block (i_k, i_v) of sequence·head i_nh, counting each chunk done once its stores are issued."""
+def _sweep_block(pid, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                 BV: tl.constexpr):
+    """The state block (i_k, i_v) of sequence·head i_nh that sweep program `pid` carries: its indices, masks,
+    offsets in a state, and the sequence's first row."""
     NK: tl.constexpr = (K + BK - 1) // BK
     NV: tl.constexpr = (V + BV - 1) // BV
     i_k = pid % NK
     i_v = (pid // NK) % NV
     i_nh = pid // (NK * NV)
-    i_n, i_h = i_nh // H, i_nh % H
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_k, m_v = o_k < K, o_v < V
-    m_h = m_k[:, None] & m_v[None, :]
-    p_state = o_k[:, None] * V + o_v[None, :]
-    bos = i_n * NT * BT
+    return (i_nh, i_nh // H, i_nh % H, i_v, o_k, o_v, m_k, m_v, m_k[:, None] & m_v[None, :],
+            o_k[:, None] * V + o_v[None, :], (i_nh // H) * NT * BT)
+
+
+@triton.jit
+def _chunk_block(pid, N, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BKO: tl.constexpr,
+                 BVO: tl.constexpr, REVERSE: tl.constexpr):
+    """The chunk, head and value block of consumer program `pid`, chunk index first (last chunk first with
+    REVERSE, as the backward's sweep goes): slot, head, rows, and the key and value offsets and masks."""
+    NVO: tl.constexpr = (V + BVO - 1) // BVO
+    i_v = pid % NVO
+    i_h = (pid // NVO) % H
+    i_n = (pid // (NVO * H)) % N
+    c = pid // (NVO * H * N)
+    if REVERSE:
+        c = NT - 1 - c
+    slot = (i_n * NT + c).to(tl.int64)
+    o_k = tl.arange(0, BKO)
+    o_v = i_v * BVO + tl.arange(0, BVO)
+    return slot, i_h, slot * BT + tl.arange(0, BT), o_k, o_v, o_k < K, o_v < V
+
+
+@triton.jit
+def _wait(flags, slot, i_h, H: tl.constexpr, NEED: tl.constexpr):
+    """Spin until the sweep has counted chunk `slot` at head i_h NEED times (acquire), then a CTA barrier."""
+    done = tl.atomic_add(flags + slot * H + i_h, 0, sem="acquire", scope="gpu")
+    while done < NEED:
+        done = tl.atomic_add(flags + slot * H + i_h, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()
+
+
+@triton.jit
+def _sweep_role(k, v, gk, hs, bL, flags, pid, NT, scale, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+    """`chunk_h_kernel`'s sweep (gla.4; B_LOCAL: each chunk's entering state and b_L stored by slot) for the state
+    block (i_k, i_v) of sequence·head i_nh, counting each chunk done once its stores are issued."""
+    i_nh, i_n, i_h, i_v, o_k, o_v, m_k, m_v, m_h, p_state, bos = _sweep_block(pid, NT, H, K, V, BT, BK, BV)
     b_h = tl.zeros([BK, BV], tl.float32)
     nx0, ny0, na0, nx1, ny1, na1 = gla._sweep_loads(k, v, gk, bos, bos + BT, i_h, o_k, m_k, o_v, m_v, H, K, V, BT,
                                                     True)
@@ -66,19 +99,9 @@ def _output_role(q, k, v, gk, hs, bL, flags, o, pid, N, NT, scale, H: tl.constex
                  F32_DOT: tl.constexpr):
     """`chunk_o_kernel` (B_LOCAL, a direct chunk) for chunk c of sequence i_n at head i_h, value block i_v; the
     programs in chunk-index order. A v first; q̄ h once the sweep has counted the chunk NEED times."""
-    NVO: tl.constexpr = (V + BVO - 1) // BVO
-    i_v = pid % NVO
-    i_h = (pid // NVO) % H
-    i_n = (pid // (NVO * H)) % N
-    c = pid // (NVO * H * N)
-    slot = (i_n * NT + c).to(tl.int64)
+    slot, i_h, rows, o_k, o_v, m_k, m_v = _chunk_block(pid, N, NT, H, K, V, BT, BKO, BVO, False)
     start = slot * BT
-    o_k = tl.arange(0, BKO)
-    o_v = i_v * BVO + tl.arange(0, BVO)
-    m_k, m_v = o_k < K, o_v < V
-    o_t = tl.arange(0, BT)
-    rows = start + o_t
-    m_t = o_t < BT
+    m_t = rows < start + BT
     b_v = tl.load(v + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_v[None, :], other=0.0)
     dtype = b_v.dtype
     b_q = load_tile(q, rows, m_t, i_h, o_k, m_k, H, K)
@@ -88,15 +111,20 @@ def _output_role(q, k, v, gk, hs, bL, flags, o, pid, N, NT, scale, H: tl.constex
                        BT).to(dtype)
     b_o = tl.dot(b_A, b_v, input_precision=F32_DOT)  # [BT, BVO]
     b_qbar = (b_q * exp_e(b_b) * scale).to(dtype)
-    done = tl.atomic_add(flags + slot * H + i_h, 0, sem="acquire", scope="gpu")
-    while done < NEED:
-        done = tl.atomic_add(flags + slot * H + i_h, 0, sem="acquire", scope="gpu")
-    tl.debug_barrier()
+    _wait(flags, slot, i_h, H, NEED)
     b_h = tl.load(hs + (slot * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
                   mask=m_k[:, None] & m_v[None, :], other=0.0,
                   cache_modifier=".cg").to(dtype)  # [BKO, BVO]; from L2, where the sweep's stores are
     b_o += tl.dot(b_qbar, b_h, input_precision=F32_DOT)
     tl.store(o + (rows[:, None] * H + i_h) * V + o_v[None, :], b_o.to(o.dtype.element_ty), mask=m_v[None, :])
+
+
+@triton.jit
+def _roles(N, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
+    """This program's id, the number of sweep programs (the first ids), and the sweep programs per sequence·head
+    (how many counts a chunk's consumer waits for)."""
+    NEED: tl.constexpr = ((K + BK - 1) // BK) * ((V + BV - 1) // BV)
+    return tl.program_id(0), N * H * NEED, NEED
 
 
 @triton.jit
@@ -107,15 +135,12 @@ def chunk_overlap_fwd_kernel(q, k, v, gk,  # inputs, packed [N·T, H, ·]; gk th
                              BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BKO: tl.constexpr,
                              BVO: tl.constexpr, F32_DOT: tl.constexpr):
     """Programs 0 … N·H·NK·NV − 1 sweep (`_sweep_role`), the rest form o (`_output_role`)."""
-    NK: tl.constexpr = (K + BK - 1) // BK
-    NV: tl.constexpr = (V + BV - 1) // BV
-    pid = tl.program_id(0)
-    n_sweep = N * H * NK * NV
+    pid, n_sweep, NEED = _roles(N, H, K, V, BK, BV)
     if pid < n_sweep:
         b_h, i_nh, p_state, m_h = _sweep_role(k, v, gk, hs, bL, flags, pid, NT, scale, H, K, V, BT, BK, BV, F32_DOT)
         tl.store(ht + i_nh * K * V + p_state, b_h, mask=m_h)
     else:
-        _output_role(q, k, v, gk, hs, bL, flags, o, pid - n_sweep, N, NT, scale, H, K, V, BT, BKO, BVO, NK * NV,
+        _output_role(q, k, v, gk, hs, bL, flags, o, pid - n_sweep, N, NT, scale, H, K, V, BT, BKO, BVO, NEED,
                      F32_DOT)
 
 
@@ -127,18 +152,7 @@ def _dh_sweep_role(q, do, gk, dht, dhs, b, flags, pid, NT, scale, H: tl.constexp
                    V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
     """`chunk_dh_kernel`'s sweep (gla.7, last chunk first: dH at each chunk's end and b of every row stored) for the
     block (i_k, i_v) of sequence·head i_nh, counting each chunk done once its stores are issued."""
-    NK: tl.constexpr = (K + BK - 1) // BK
-    NV: tl.constexpr = (V + BV - 1) // BV
-    i_k = pid % NK
-    i_v = (pid // NK) % NV
-    i_nh = pid // (NK * NV)
-    i_n, i_h = i_nh // H, i_nh % H
-    o_k = i_k * BK + tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_k, m_v = o_k < K, o_v < V
-    m_h = m_k[:, None] & m_v[None, :]
-    p_state = o_k[:, None] * V + o_v[None, :]
-    bos = i_n * NT * BT
+    i_nh, i_n, i_h, i_v, o_k, o_v, m_k, m_v, m_h, p_state, bos = _sweep_block(pid, NT, H, K, V, BT, BK, BV)
     b_dh = tl.load(dht + i_nh * K * V + p_state, mask=m_h, other=0.0)
     first = bos + (NT - 1) * BT
     nx0, ny0, na0, nx1, ny1, na1 = gla._sweep_loads(q, do, gk, first, first + BT, i_h, o_k, m_k, o_v, m_v, H, K, V,
@@ -174,18 +188,9 @@ def _dv_role(q, k, do, gk, dhs, flags, dv, pid, N, NT, scale, H: tl.constexpr, K
     """`chunk_dv_kernel` (gla.8, a direct chunk, b formed here from the gate) for chunk c of sequence i_n at head
     i_h, value block i_v; the programs last chunk first, as the sweep goes. Aᵀ do first; k̂ dH once the sweep has
     counted the chunk NEED times."""
-    NVO: tl.constexpr = (V + BVO - 1) // BVO
-    i_v = pid % NVO
-    i_h = (pid // NVO) % H
-    i_n = (pid // (NVO * H)) % N
-    c = NT - 1 - pid // (NVO * H * N)
-    slot = (i_n * NT + c).to(tl.int64)
+    slot, i_h, rows, o_k, o_v, m_k, m_v = _chunk_block(pid, N, NT, H, K, V, BT, BKO, BVO, True)
     start = slot * BT
-    o_k = tl.arange(0, BKO)
-    o_v = i_v * BVO + tl.arange(0, BVO)
-    m_k, m_v = o_k < K, o_v < V
     o_t = tl.arange(0, BT)
-    rows = start + o_t
     m_t = o_t < BT
     b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_v[None, :], other=0.0)
     dtype = b_do.dtype
@@ -196,10 +201,7 @@ def _dv_role(q, k, do, gk, dhs, flags, dv, pid, N, NT, scale, H: tl.constexpr, K
     b_dv = tl.dot(tl.trans(b_A), b_do, input_precision=F32_DOT)
     b_bL = tl.sum(tl.where((o_t == BT - 1)[:, None], b_b, 0.0), axis=0)
     b_khat = (b_k * exp_e(b_bL[None, :] - b_b)).to(dtype)
-    done = tl.atomic_add(flags + slot * H + i_h, 0, sem="acquire", scope="gpu")
-    while done < NEED:
-        done = tl.atomic_add(flags + slot * H + i_h, 0, sem="acquire", scope="gpu")
-    tl.debug_barrier()
+    _wait(flags, slot, i_h, H, NEED)
     b_dh = tl.load(dhs + (slot * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
                    mask=m_k[:, None] & m_v[None, :], other=0.0, cache_modifier=".cg")  # [BKO, BVO] float32
     b_dv += dot_f32_right(b_khat, b_dh, F32_DOT)
@@ -214,13 +216,10 @@ def chunk_overlap_dh_dv_kernel(q, k, do, gk, dht,  # inputs, packed; dht [N, H, 
                                BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BKO: tl.constexpr,
                                BVO: tl.constexpr, F32_DOT: tl.constexpr):
     """Programs 0 … N·H·NK·NV − 1 sweep dH (`_dh_sweep_role`), the rest form dv (`_dv_role`)."""
-    NK: tl.constexpr = (K + BK - 1) // BK
-    NV: tl.constexpr = (V + BV - 1) // BV
-    pid = tl.program_id(0)
-    n_sweep = N * H * NK * NV
+    pid, n_sweep, NEED = _roles(N, H, K, V, BK, BV)
     if pid < n_sweep:
         b_dh, i_nh, p_state, m_h = _dh_sweep_role(q, do, gk, dht, dhs, b, flags, pid, NT, scale, H, K, V, BT, BK, BV,
                                                   F32_DOT)
         tl.store(dh0 + i_nh * K * V + p_state, b_dh, mask=m_h)
     else:
-        _dv_role(q, k, do, gk, dhs, flags, dv, pid - n_sweep, N, NT, scale, H, K, V, BT, BKO, BVO, NK * NV, F32_DOT)
+        _dv_role(q, k, do, gk, dhs, flags, dv, pid - n_sweep, N, NT, scale, H, K, V, BT, BKO, BVO, NEED, F32_DOT)

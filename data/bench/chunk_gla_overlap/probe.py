@@ -26,48 +26,39 @@ import overlap_kernels as ok  # noqa: E402
 BT = 64
 
 
-def overlap_forward(q, k, v, gk, BK=32, BV=64, BVO=64, warps=4, stages=2, maxnreg=None):
-    """(o, final state) by the prototype (fixed length, T a multiple of BT, per-key gate, direct chunks)."""
+def _launch(kernel, q, k, y, gk, extra, b_rows, BK, BV, BVO, warps, stages, maxnreg):
+    """One launch of an overlapped kernel on packed q, k, y (v or do), gk (+ `extra` arrays): its two outputs that
+    are not scratch, ([N·T, H, V] in y's dtype, [N, H, K, V] float32); `b_rows` the scratch b's rows (the forward's
+    b_L by slot, the backward's b of every row). Prototype limits: T a multiple of BT, a per-key gate."""
     B, T, H, K = q.shape
-    V = v.shape[-1]
+    V = y.shape[-1]
     if T % BT or gk is None:
         raise ValueError(f"prototype: T must be a multiple of {BT} and gk given, got T={T}")
     NT = T // BT
     NS = B * NT
-    BKO = max(16, triton.next_power_of_2(K))
     pack = lambda x: x.reshape(B * T, *x.shape[2:])  # noqa: E731
     n_sweep = B * H * triton.cdiv(K, BK) * triton.cdiv(V, BV)
-    n_out = NS * H * triton.cdiv(V, BVO)
-    o, ht, _, _, _ = workbench.triton_call(
-        pack(q), pack(k), pack(v), pack(gk), kernel=ok.chunk_overlap_fwd_kernel,
-        out_shape=[jax.ShapeDtypeStruct((B * T, H, V), v.dtype), jax.ShapeDtypeStruct((B, H, K, V), jnp.float32),
-                   jax.ShapeDtypeStruct((NS, H, K, V), jnp.float32), jax.ShapeDtypeStruct((NS, H, K), jnp.float32),
-                   jax.ShapeDtypeStruct((NS, H), jnp.int32)],
-        zeroed_outputs=(4,), grid=(n_sweep + n_out,), num_warps=warps, num_stages=stages, maxnreg=maxnreg,
-        N=B, NT=NT, scale=K ** -0.5, H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, BKO=BKO, BVO=BVO,
-        F32_DOT="ieee" if q.dtype == jnp.float32 else "tf32")
-    return o.reshape(B, T, H, V), ht
+    shapes = [((B * T, H, V), y.dtype), ((B, H, K, V), jnp.float32), ((NS, H, K, V), jnp.float32),
+              ((b_rows(NS, B * T), H, K), jnp.float32), ((NS, H), jnp.int32)]
+    first, state, _, _, _ = workbench.triton_call(
+        pack(q), pack(k), pack(y), pack(gk), *extra, kernel=kernel,
+        out_shape=[jax.ShapeDtypeStruct(s, d) for s, d in shapes], zeroed_outputs=(4,),
+        grid=(n_sweep + NS * H * triton.cdiv(V, BVO),), num_warps=warps, num_stages=stages, maxnreg=maxnreg,
+        N=B, NT=NT, scale=K ** -0.5, H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, BKO=max(16, triton.next_power_of_2(K)),
+        BVO=BVO, F32_DOT="ieee" if q.dtype == jnp.float32 else "tf32")
+    return first.reshape(B, T, H, V), state
+
+
+def overlap_forward(q, k, v, gk, BK=32, BV=64, BVO=64, warps=4, stages=2, maxnreg=None):
+    """(o, final state) by the forward prototype: `chunk_h_kernel`'s sweep and `chunk_o_kernel` in one launch."""
+    return _launch(ok.chunk_overlap_fwd_kernel, q, k, v, gk, (), lambda ns, tt: ns, BK, BV, BVO, warps, stages,
+                   maxnreg)
 
 
 def overlap_dh_dv(q, k, do, gk, dht, BK=32, BV=64, BVO=64, warps=4, stages=2, maxnreg=None):
     """(dv, dS_0) by the backward prototype: `chunk_dh_kernel`'s sweep and `chunk_dv_kernel` in one launch."""
-    B, T, H, K = q.shape
-    V = do.shape[-1]
-    NT = T // BT
-    NS = B * NT
-    BKO = max(16, triton.next_power_of_2(K))
-    pack = lambda x: x.reshape(B * T, *x.shape[2:])  # noqa: E731
-    n_sweep = B * H * triton.cdiv(K, BK) * triton.cdiv(V, BV)
-    n_out = NS * H * triton.cdiv(V, BVO)
-    dv, dh0, _, _, _ = workbench.triton_call(
-        pack(q), pack(k), pack(do), pack(gk), dht, kernel=ok.chunk_overlap_dh_dv_kernel,
-        out_shape=[jax.ShapeDtypeStruct((B * T, H, V), do.dtype), jax.ShapeDtypeStruct((B, H, K, V), jnp.float32),
-                   jax.ShapeDtypeStruct((NS, H, K, V), jnp.float32), jax.ShapeDtypeStruct((B * T, H, K), jnp.float32),
-                   jax.ShapeDtypeStruct((NS, H), jnp.int32)],
-        zeroed_outputs=(4,), grid=(n_sweep + n_out,), num_warps=warps, num_stages=stages, maxnreg=maxnreg,
-        N=B, NT=NT, scale=K ** -0.5, H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, BKO=BKO, BVO=BVO,
-        F32_DOT="ieee" if q.dtype == jnp.float32 else "tf32")
-    return dv.reshape(B, T, H, V), dh0
+    return _launch(ok.chunk_overlap_dh_dv_kernel, q, k, do, gk, (dht,), lambda ns, tt: tt, BK, BV, BVO, warps,
+                   stages, maxnreg)
 
 
 def op_dv_dh0(q, k, v, gk, do, dht):
