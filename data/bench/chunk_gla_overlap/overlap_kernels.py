@@ -2,16 +2,16 @@
 overlapped. At the target the sweep (`chunk_h_kernel`, 0.132 ms on an H200) holds about two programs per
 multiprocessor, each a chain of 64 chunk steps, and the GPU waits on that chain while the output kernel
 (`chunk_o_kernel`, 0.148 ms, bandwidth-bound) cannot start before the sweep's last program ends. Here the first
-programs of the grid are the sweep's; they store each chunk's entering state and b_L as the op's sweep does and
-then count the chunk as done (a release atomic per (chunk slot, head)); the rest are the output's, ordered chunk
-index first, so the earliest chunks' come first. An output program forms its chunk's intra-chunk part A v (b from
-the gate, A of a direct chunk, gla.12) while the sweep is still on its way, waits for its chunk's count (an
-acquire atomic), then loads the state and adds q̄ h (gla.5). The sweep's programs are never waiting on anything,
-and have the lowest ids, so they are resident before any output program that waits: no deadlock.
+programs to start (by a ticket counter) are the sweep's; they store each chunk's entering state and b_L as the op's
+sweep does and then count the chunk as done (a release atomic per (chunk slot, head)); the rest are the output's,
+ordered chunk index first, so the earliest chunks' come first. An output program forms its chunk's intra-chunk part
+A v (b from the gate, A of a direct chunk, gla.12) while the sweep is still on its way, waits for its chunk's count
+(an acquire atomic), then loads the state and adds q̄ h (gla.5). The sweep's programs are never waiting on anything,
+and hold the first tickets, so they are running before any output program that waits: no deadlock.
 
 Prototype limits: a fixed-length batch with T a multiple of BT, a 16-bit per-key gate, every chunk direct (the
 bench's gates; a non-direct chunk's A would come from `chunk_a_kernel`, run after the sweep in the op), one sweep
-per sequence (no two-level pass). Outside them the kernel is not used: `probe.py` checks the chunks are direct."""
+per sequence (no two-level pass). `probe.py` compares every output with the op's."""
 import triton
 import triton.language as tl
 
@@ -55,13 +55,21 @@ def _chunk_block(pid, N, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, 
     return slot, i_h, slot * BT + tl.arange(0, BT), o_k, o_v, o_k < K, o_v < V
 
 
+MAX_SPIN = tl.constexpr(1 << 20)  # a probe must not hang the GPU: past this many reads the wait gives up
+
+
 @triton.jit
 def _wait(flags, slot, i_h, H: tl.constexpr, NEED: tl.constexpr):
-    """Spin until the sweep has counted chunk `slot` at head i_h NEED times (acquire), then a CTA barrier."""
+    """Spin until the sweep has counted chunk `slot` at head i_h NEED times (acquire), then a CTA barrier.
+    Returns NaN where it gave up after MAX_SPIN reads (the caller adds it to its output: the probe sees NaN), else
+    0."""
     done = tl.atomic_add(flags + slot * H + i_h, 0, sem="acquire", scope="gpu")
-    while done < NEED:
+    spins = 0
+    while (done < NEED) & (spins < MAX_SPIN):
         done = tl.atomic_add(flags + slot * H + i_h, 0, sem="acquire", scope="gpu")
+        spins += 1
     tl.debug_barrier()
+    return tl.where(done < NEED, float("nan"), 0.0)
 
 
 @triton.jit
@@ -111,31 +119,35 @@ def _output_role(q, k, v, gk, hs, bL, flags, o, pid, N, NT, scale, H: tl.constex
                        BT).to(dtype)
     b_o = tl.dot(b_A, b_v, input_precision=F32_DOT)  # [BT, BVO]
     b_qbar = (b_q * exp_e(b_b) * scale).to(dtype)
-    _wait(flags, slot, i_h, H, NEED)
+    gave_up = _wait(flags, slot, i_h, H, NEED)
     b_h = tl.load(hs + (slot * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
                   mask=m_k[:, None] & m_v[None, :], other=0.0,
                   cache_modifier=".cg").to(dtype)  # [BKO, BVO]; from L2, where the sweep's stores are
-    b_o += tl.dot(b_qbar, b_h, input_precision=F32_DOT)
+    b_o += tl.dot(b_qbar, b_h, input_precision=F32_DOT) + gave_up
     tl.store(o + (rows[:, None] * H + i_h) * V + o_v[None, :], b_o.to(o.dtype.element_ty), mask=m_v[None, :])
 
 
 @triton.jit
-def _roles(N, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr):
-    """This program's id, the number of sweep programs (the first ids), and the sweep programs per sequence·head
-    (how many counts a chunk's consumer waits for)."""
+def _roles(ticket, N, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+           BV: tl.constexpr):
+    """This program's place in the order the programs started (a ticket drawn from a counter, not program_id:
+    CUDA does not promise to start blocks in id order, and the sweep's places must go to programs that are
+    already running, never to one that could wait behind a spinning consumer), the number of sweep places (the
+    first), and the sweep programs per sequence·head (how many counts a chunk's consumer waits for)."""
     NEED: tl.constexpr = ((K + BK - 1) // BK) * ((V + BV - 1) // BV)
-    return tl.program_id(0), N * H * NEED, NEED
+    return tl.atomic_add(ticket, 1, sem="relaxed", scope="gpu"), N * H * NEED, NEED
 
 
 @triton.jit
 def chunk_overlap_fwd_kernel(q, k, v, gk,  # inputs, packed [N·T, H, ·]; gk the per-key log-decays (16-bit)
-                             o, ht, hs, bL, flags,  # outputs: o; final states [N, H, K, V]; entering states and b_L
-                             # by chunk slot [NS, H, K, V], [NS, H, K]; flags [NS, H] int32, zeroed before the launch
+                             o, ht, hs, bL, flags, ticket,  # outputs: o; final states [N, H, K, V]; entering states
+                             # and b_L by chunk slot [NS, H, K, V], [NS, H, K]; flags [NS, H] and ticket [1] int32,
+                             # zeroed before the launch
                              N, NT, scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                              BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BKO: tl.constexpr,
                              BVO: tl.constexpr, F32_DOT: tl.constexpr):
-    """Programs 0 … N·H·NK·NV − 1 sweep (`_sweep_role`), the rest form o (`_output_role`)."""
-    pid, n_sweep, NEED = _roles(N, H, K, V, BK, BV)
+    """The first N·H·NK·NV programs to start sweep (`_sweep_role`), the rest form o (`_output_role`)."""
+    pid, n_sweep, NEED = _roles(ticket, N, H, K, V, BK, BV)
     if pid < n_sweep:
         b_h, i_nh, p_state, m_h = _sweep_role(k, v, gk, hs, bL, flags, pid, NT, scale, H, K, V, BT, BK, BV, F32_DOT)
         tl.store(ht + i_nh * K * V + p_state, b_h, mask=m_h)
@@ -201,22 +213,22 @@ def _dv_role(q, k, do, gk, dhs, flags, dv, pid, N, NT, scale, H: tl.constexpr, K
     b_dv = tl.dot(tl.trans(b_A), b_do, input_precision=F32_DOT)
     b_bL = tl.sum(tl.where((o_t == BT - 1)[:, None], b_b, 0.0), axis=0)
     b_khat = (b_k * exp_e(b_bL[None, :] - b_b)).to(dtype)
-    _wait(flags, slot, i_h, H, NEED)
+    gave_up = _wait(flags, slot, i_h, H, NEED)
     b_dh = tl.load(dhs + (slot * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
                    mask=m_k[:, None] & m_v[None, :], other=0.0, cache_modifier=".cg")  # [BKO, BVO] float32
-    b_dv += dot_f32_right(b_khat, b_dh, F32_DOT)
+    b_dv += dot_f32_right(b_khat, b_dh, F32_DOT) + gave_up
     tl.store(dv + (rows[:, None] * H + i_h) * V + o_v[None, :], b_dv.to(dv.dtype.element_ty), mask=m_v[None, :])
 
 
 @triton.jit
 def chunk_overlap_dh_dv_kernel(q, k, do, gk, dht,  # inputs, packed; dht [N, H, K, V] the final state's cotangent
-                               dv, dh0, dhs, b, flags,  # outputs: dv; dS_0; dH at chunk ends [NS, H, K, V]; b
-                               # [TT, H, K]; flags [NS, H] int32, zeroed before the launch
+                               dv, dh0, dhs, b, flags, ticket,  # outputs: dv; dS_0; dH at chunk ends [NS, H, K,
+                               # V]; b [TT, H, K]; flags [NS, H] and ticket [1] int32, zeroed before the launch
                                N, NT, scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                                BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BKO: tl.constexpr,
                                BVO: tl.constexpr, F32_DOT: tl.constexpr):
-    """Programs 0 … N·H·NK·NV − 1 sweep dH (`_dh_sweep_role`), the rest form dv (`_dv_role`)."""
-    pid, n_sweep, NEED = _roles(N, H, K, V, BK, BV)
+    """The first N·H·NK·NV programs to start sweep dH (`_dh_sweep_role`), the rest form dv (`_dv_role`)."""
+    pid, n_sweep, NEED = _roles(ticket, N, H, K, V, BK, BV)
     if pid < n_sweep:
         b_dh, i_nh, p_state, m_h = _dh_sweep_role(q, do, gk, dht, dhs, b, flags, pid, NT, scale, H, K, V, BT, BK, BV,
                                                   F32_DOT)

@@ -39,10 +39,10 @@ def _launch(kernel, q, k, y, gk, extra, b_rows, BK, BV, BVO, warps, stages, maxn
     pack = lambda x: x.reshape(B * T, *x.shape[2:])  # noqa: E731
     n_sweep = B * H * triton.cdiv(K, BK) * triton.cdiv(V, BV)
     shapes = [((B * T, H, V), y.dtype), ((B, H, K, V), jnp.float32), ((NS, H, K, V), jnp.float32),
-              ((b_rows(NS, B * T), H, K), jnp.float32), ((NS, H), jnp.int32)]
-    first, state, _, _, _ = workbench.triton_call(
+              ((b_rows(NS, B * T), H, K), jnp.float32), ((NS, H), jnp.int32), ((1,), jnp.int32)]
+    first, state, _, _, _, _ = workbench.triton_call(
         pack(q), pack(k), pack(y), pack(gk), *extra, kernel=kernel,
-        out_shape=[jax.ShapeDtypeStruct(s, d) for s, d in shapes], zeroed_outputs=(4,),
+        out_shape=[jax.ShapeDtypeStruct(s, d) for s, d in shapes], zeroed_outputs=(4, 5),
         grid=(n_sweep + NS * H * triton.cdiv(V, BVO),), num_warps=warps, num_stages=stages, maxnreg=maxnreg,
         N=B, NT=NT, scale=K ** -0.5, H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, BKO=max(16, triton.next_power_of_2(K)),
         BVO=BVO, F32_DOT="ieee" if q.dtype == jnp.float32 else "tf32")
