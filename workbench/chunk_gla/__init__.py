@@ -188,21 +188,19 @@ def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: b
     n_seg = static.tuning.segments
     if n_seg is None:
         n_seg = state_segments(N * H, triton.cdiv(TT, static.chunk_size), sm_count())
-    common = dict(H=H, K=K, V=V, BT=static.chunk_size, F32_DOT=_f32_dot(x), B_LOCAL=local)
+    common = dict(H=H, K=K, V=V, BT=static.chunk_size, F32_DOT=_f32_dot(x))
     sweep_grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H * n_seg, triton.cdiv(K, meta["BK"]))  # noqa: E731
     if n_seg == 1:
         kernel, name = ((kernels.chunk_dh_kernel, "workbench_chunk_gla_dh") if reverse
                         else (kernels.chunk_h_kernel, "workbench_chunk_gla_h"))
-        extra = dict(scale=static.scale) if reverse else {}
-        if reverse:
-            common.pop("B_LOCAL")
+        extra = dict(scale=static.scale) if reverse else dict(B_LOCAL=local)  # dh's b is every row's
         return triton_call(x, y, a, init, cu, kernel=kernel, out_shape=[state(N), state(NS), b], grid=sweep_grid,
                            tune_inputs=tune, name=name, **extra, **common)
     states, ends, decay, b = triton_call(
         x, y, a, cu, kernel=kernels.chunk_segment_sweep_kernel,
         out_shape=[state(NS), state(N * n_seg), jax.ShapeDtypeStruct((N * n_seg, H, K), f32), b],
         grid=sweep_grid, tune_inputs=tune, name="workbench_chunk_gla_segment_sweep",
-        scale=static.scale if reverse else 1.0, NSEG=n_seg, REVERSE=reverse, **common)
+        scale=static.scale if reverse else 1.0, NSEG=n_seg, REVERSE=reverse, B_LOCAL=local, **common)
     BV = 32
     starts, final = triton_call(
         ends, decay, init, kernel=kernels.chunk_state_pass_kernel, out_shape=[state(N * n_seg), state(N)],
