@@ -16,37 +16,43 @@ def _sizes():
     T, H, K, V = SHAPE["T"], SHAPE["H"], SHAPE["K"], SHAPE["V"]
     chunks = T // 64 + SHAPE["B"] + 1  # chunk slots (chunk_size 64, one sequence: workbench._bounds.chunk_slots)
     return dict(gate=T * H * K * 2, k=T * H * K * 2, v=T * H * V * 2, b=T * H * K * 4, state=H * K * V * 4,
-                states=chunks * H * K * V * 4, b_L=chunks * H * K * 4)
+                states=chunks * H * K * V * 4, states_bf16=chunks * H * K * V * 2, b_L=chunks * H * K * 4)
 
 
 def test_each_launch_counts_its_arrays_and_outputs_once():
     """chunk_gla's first launch is the forward state sweep: it reads k, v, the gate and the initial state (and the
-    sequence bounds, a few int32 rows) and writes the final state, the state at each chunk slot and, of the
-    bfloat16 gate's cumulative sums b, only each chunk's last row b_L, float32 [slots, H, K]: the o kernel
-    reads q, k, v, the gate (forming b itself), the states, A and b_L, not b."""
+    sequence bounds, a few int32 rows) and writes the final state (float32), the state at each chunk slot (in
+    bfloat16, as the o kernel rounds them: no backward follows) and, of the bfloat16 gate's cumulative sums b, only
+    each chunk's last row b_L, float32 [slots, H, K]: the o kernel reads q, k, v, the gate (forming b itself), the
+    states, A and b_L, not b."""
     rows = pass_traffic(bench.OPS["chunk_gla"], SHAPE, jnp.bfloat16, "forward")
     first, size = rows[0], _sizes()
     assert first.kernel == "chunk_h_kernel"
-    assert first.written == size["state"] + size["states"] + size["b_L"], first
+    assert first.written == size["state"] + size["states_bf16"] + size["b_L"], first
     read = size["k"] + size["v"] + size["gate"] + size["state"]
     assert read <= first.read < read + 1024, first
     assert [r.kernel for r in rows[-2:]] == ["chunk_a_kernel", "chunk_o_kernel"]
     o = rows[-1]
     assert o.written == SHAPE["T"] * SHAPE["H"] * SHAPE["V"] * 2  # o alone, in the inputs' dtype
     A = SHAPE["T"] * SHAPE["H"] * 64 * 2
-    read = 2 * size["k"] + size["v"] + size["gate"] + size["states"] + A + size["b_L"]
+    read = 2 * size["k"] + size["v"] + size["gate"] + size["states_bf16"] + A + size["b_L"]
     assert read <= o.read < read + 1024, o
 
 
 def test_the_backward_forms_the_gates_cumulative_sums_again():
     """chunk_gla's forward keeps no cumulative sums for the backward (its NOTES): the backward's state sweep
-    writes them a second time, after every forward launch, and no other launch of the backward writes them."""
+    writes them a second time, after every forward launch, and no other launch of the backward writes them. The
+    forward that a backward follows keeps its states in float32 (the log-decay gradient's state term reads them
+    so): its sweep writes, and its o kernel reads, twice the bytes of the forward's bfloat16 states."""
     op = bench.OPS["chunk_gla"]
     forward = pass_traffic(op, SHAPE, jnp.bfloat16, "forward")
     both = pass_traffic(op, SHAPE, jnp.bfloat16, "forward_backward")
-    assert both[:len(forward)] == forward
-    backward = both[len(forward):]
     size = _sizes()
+    extra = size["states"] - size["states_bf16"]
+    assert [r.kernel for r in both[:len(forward)]] == [r.kernel for r in forward]
+    assert both[0].written == forward[0].written + extra and both[0].read == forward[0].read
+    assert both[len(forward) - 1].read == forward[-1].read + extra
+    backward = both[len(forward):]
     assert [r.kernel for r in backward][0] == "chunk_dh_kernel"
     assert backward[0].written == size["state"] + size["states"] + size["b"], backward[0]
     assert "chunk_h_kernel" not in [r.kernel for r in backward]

@@ -520,6 +520,28 @@ def test_recomputed_residuals_give_the_same_gradients(segments):
                 jnp.dtype(dtype).name, name)
 
 
+@pytest.mark.parametrize("segments", [1, 2], ids=["one-sweep", "two-level"])
+def test_the_forward_alone_gives_the_outputs_of_the_forward_a_backward_follows(segments):
+    """With no backward to follow, the forward stores its chunk states in the inputs' 16-bit dtype (the o kernel
+    rounds them so before its product; NOTES.md "States stored as the o kernel reads them"), where the forward of
+    `jax.vjp` keeps them in float32: o and the final state are equal bit for bit, packed sequences with an empty
+    one and an initial state, both gates, bfloat16 and float16, one sweep and the two-level pass (whose fix-up
+    adds the entering state's part before rounding)."""
+    cu = jnp.asarray([0, 5, 5, 72], jnp.int32)  # the last sequence 5 chunks: segments of 3 and 2
+    for dtype in (jnp.bfloat16, jnp.float16):
+        # weak gates: the entering states' part, which the fix-up adds, is not decayed away
+        inputs = inputs_for(21, 1, 72, 2, 16, 24, dtype=dtype, gates=("g", "gk"), strength=0.05, n_seqs=3)
+        inputs["cu_seqlens"] = cu
+        options = dict(chunk_size=16, tuning=Tuning(segments=segments))
+        alone = jax.jit(lambda x: workbench.chunk_gla(**x, **options))(inputs)
+        followed = outputs_and_grads(inputs, cotangents(22, inputs, 3), **options)
+        for name, got in zip(("o", "final_state"), alone):
+            want = followed[name]
+            assert got.dtype == want.dtype and np.array_equal(np.asarray(got, np.float32),
+                                                              np.asarray(want, np.float32)), (jnp.dtype(dtype).name,
+                                                                                              name)
+
+
 def test_bad_residuals_raise():
     with pytest.raises(ValueError, match="^Tuning.residuals: expected 'keep' or 'recompute', got 'none'"):
         Tuning(residuals="none")

@@ -171,18 +171,19 @@ def _b_local(a, reverse: bool) -> bool:
     return not reverse and (a is None or a.dtype != jnp.float32)
 
 
-def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: bool):
+def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: bool, states_dtype=jnp.float32):
     """(final, states [NS, H, K, V], b) of the forward state sweep (gla.4: x, y = k, v; init = h0; states at
     chunk starts) or, with `reverse`, of the backward one (gla.7: x, y = q, do; init = dH at the end; states =
-    dH at chunk ends): one sweep per sequence, or the two-level pass of (gla.13). The sweep forms the gate's
-    cumulative sums b (gla.3) from the log-decay a as it goes and returns them, float32, zeros without a gate:
-    every row [TT, H, K], or where `_b_local` only b_L by chunk slot [NS, H, K]."""
+    dH at chunk ends): one sweep per sequence, or the two-level pass of (gla.13). The states are stored in
+    `states_dtype` (rounded from the float32 running state), the final state in float32. The sweep forms the
+    gate's cumulative sums b (gla.3) from the log-decay a as it goes and returns them, float32, zeros without a
+    gate: every row [TT, H, K], or where `_b_local` only b_L by chunk slot [NS, H, K]."""
     TT, H, _ = x.shape
     K, V, BK = _dims(x, y)
     N = cu.shape[0] - 1
     NS = bounds.shape[0]
     f32 = jnp.float32
-    state = lambda n: jax.ShapeDtypeStruct((n, H, K, V), f32)  # noqa: E731
+    state = lambda n, dtype=f32: jax.ShapeDtypeStruct((n, H, K, V), dtype)  # noqa: E731
     local = _b_local(a, reverse)
     b = jax.ShapeDtypeStruct((NS if local else TT, H, K), f32)
     n_seg = static.tuning.segments
@@ -194,9 +195,10 @@ def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: b
         kernel, name = ((kernels.chunk_dh_kernel, "workbench_chunk_gla_dh") if reverse
                         else (kernels.chunk_h_kernel, "workbench_chunk_gla_h"))
         extra = dict(scale=static.scale) if reverse else dict(B_LOCAL=local)  # dh's b is every row's
-        return triton_call(x, y, a, init, cu, kernel=kernel, out_shape=[state(N), state(NS), b], grid=sweep_grid,
-                           tune_inputs=tune, name=name, **extra, **common)
-    states, ends, decay, b = triton_call(
+        return triton_call(x, y, a, init, cu, kernel=kernel, out_shape=[state(N), state(NS, states_dtype), b],
+                           grid=sweep_grid, tune_inputs=tune, name=name, **extra, **common)
+    # the segments' local states in float32: the fix-up adds the entering states' part before they are rounded
+    local_states, ends, decay, b = triton_call(
         x, y, a, cu, kernel=kernels.chunk_segment_sweep_kernel,
         out_shape=[state(NS), state(N * n_seg), jax.ShapeDtypeStruct((N * n_seg, H, K), f32), b],
         grid=sweep_grid, tune_inputs=tune, name="workbench_chunk_gla_segment_sweep",
@@ -208,8 +210,9 @@ def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: b
         NSEG=n_seg, REVERSE=reverse, MATRIX=False)
     BK = min(BK, 64)
     states = triton_call(
-        b, cu, starts, states, kernel=kernels.chunk_state_fixup_kernel, out_shape=state(NS),
-        input_output_aliases={3: 0}, grid=(triton.cdiv(V, BV), N * H * n_seg, triton.cdiv(K, BK)),
+        b, cu, starts, local_states, kernel=kernels.chunk_state_fixup_kernel, out_shape=state(NS, states_dtype),
+        input_output_aliases={3: 0} if states_dtype == f32 else {},
+        grid=(triton.cdiv(V, BV), N * H * n_seg, triton.cdiv(K, BK)),
         name="workbench_chunk_gla_state_fixup", H=H, K=K, V=V, BT=static.chunk_size, BK=BK, BV=BV, NSEG=n_seg,
         REVERSE=reverse, B_LOCAL=local)
     return final, states, b
@@ -247,7 +250,10 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     bounds = slot_table(cu, TT, BT, static.batch)  # [NS, 2] int32; a constant for a fixed batch
     tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
-    ht, hs, b = _state_sweep(k, v, a, h0, cu, bounds, static, tune, reverse=False)  # (gla.3, gla.4, gla.13)
+    # (gla.3, gla.4, gla.13) Read by the o kernel alone, which rounds them to v's dtype before its product, the
+    # states are stored so (NOTES.md, "States stored as the o kernel reads them"); kept for the backward, float32
+    ht, hs, b = _state_sweep(k, v, a, h0, cu, bounds, static, tune, reverse=False,
+                             states_dtype=jnp.float32 if save or v.dtype == jnp.float32 else v.dtype)
     A = _a(q, k, a, b, bounds, static)
     o = triton_call(
         q, k, v, a, b, hs, A, bounds, kernel=kernels.chunk_o_kernel,

@@ -581,22 +581,22 @@ def chunk_segment_sweep_kernel(x, y, gk, cu_seqlens,  # inputs: (k, v) forward, 
 
 
 @triton.jit
-def chunk_state_fixup_kernel(b, cu_seqlens, starts, states_in,  # inputs (states_in is `states`, aliased)
-                             states,  # output [NS, H, K, V]: local states, corrected in place
+def chunk_state_fixup_kernel(b, cu_seqlens, starts, local,  # inputs: local float32 [NS, H, K, V]
+                             states,  # output [NS, H, K, V] (`local` itself where both are float32)
                              H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                              BK: tl.constexpr, BV: tl.constexpr, NSEG: tl.constexpr, REVERSE: tl.constexpr,
                              B_LOCAL: tl.constexpr):
-    """(gla.13) Every state of a segment plus the part its entering state S_j contributes: at chunk c,
-    exp(Σ b_L over the segment's chunks before c — after c with REVERSE) ⊙ S_j. b_L from b's row at each chunk's
-    end, or with B_LOCAL from the sweep's b_L by chunk slot."""
+    """(gla.13) Every state of a segment: its local state plus the part its entering state S_j contributes, at
+    chunk c exp(Σ b_L over the segment's chunks before c — after c with REVERSE) ⊙ S_j, stored in the states'
+    dtype. b_L from b's row at each chunk's end, or with B_LOCAL from the sweep's b_L by chunk slot."""
     (i_n, i_h, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state) = segment_prologue(
         cu_seqlens, H, K, V, BT, BK, BV, NSEG)
     b_s = tl.load(starts + i_row * K * V + p_state, mask=m_h, other=0.0)
     b_d = tl.zeros([BK], tl.float32)
     for cc in range(0, c1 - c0):
         c = c1 - 1 - cc if REVERSE else c0 + cc
-        p = states + ((first_slot + c) * H + i_h) * K * V + p_state
-        tl.store(p, tl.load(p, mask=m_h, other=0.0) + exp_e(b_d)[:, None] * b_s, mask=m_h)
+        p = ((first_slot + c) * H + i_h) * K * V + p_state
+        tl.store(states + p, tl.load(local + p, mask=m_h, other=0.0) + exp_e(b_d)[:, None] * b_s, mask=m_h)
         if B_LOCAL:
             b_d += load_row(b, first_slot + c, i_h, o_k, m_k, H, K)
         else:
