@@ -481,6 +481,21 @@ def test_two_level_state_pass_equals_one_sweep(packed, segments):
     assert_same(outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(segments=segments)), one)
 
 
+def test_two_level_fixup_over_long_segments_equals_one_sweep():
+    """Segments longer than the fix-up's chunk block (`FIXUP_CHUNKS`) and than its 64-chunk prefix block: a
+    sequence of 150 chunks of 16 (segments of 75) beside a short one, a weak bfloat16 per-key gate (the entering
+    states still count 75 chunks on), forward and backward: the forward's fix-up reads b_L by slot, the
+    backward's (last chunk first) the rows of b at chunk ends. The same outputs and gradients as the single
+    sweep."""
+    cu = [0, 2390, 2400]
+    inputs = inputs_for(43, 1, cu[-1], 1, 8, 8, dtype=jnp.bfloat16, gates=("gk",), strength=0.001, n_seqs=2)
+    inputs["cu_seqlens"] = jnp.asarray(cu, jnp.int32)
+    cts = cotangents(44, inputs, 2)
+    one = outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(segments=1))
+    two = outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(segments=2))
+    assert_same(two, one, tol=2e-3)  # bf16 outputs: the two passes' float32 states differ in their last bits
+
+
 def test_every_segment_sweep_config_gives_the_same_answer(tuning_problem):
     """Each distinct block-size config of the segment sweep, forward and backward, against the reference."""
     inputs, cts, expected = tuning_problem

@@ -63,6 +63,7 @@ class Tuning:
 SWEEP_PROGRAMS = 4  # V blocks × K blocks of a state sweep at K = V = 64 with its usual 32 × 32 or 64 × 32 blocks
 MIN_SEGMENT_CHUNKS = 8  # fewer chunks per segment would make the correction cost more than the sweep saves
 MIN_SPLIT_CHUNKS = 32  # H100, B=1 H=16: 16 chunks (T = 1k) ran faster as one sweep, 32 (2k) faster in 4 segments
+FIXUP_CHUNKS = 8  # chunks of a segment per program of the two-level pass's fix-up (gla.13)
 
 
 def state_segments(pairs: int, chunks: int, sms: int) -> int:
@@ -209,12 +210,15 @@ def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: b
         grid=(triton.cdiv(V, BV), N * H), name="workbench_chunk_gla_state_pass", H=H, K=K, V=V, BK=BK, BV=BV,
         NSEG=n_seg, REVERSE=reverse, MATRIX=False)
     BK = min(BK, 64)
+    # chunks of the longest sequence there can be: the batch's T, or with packed sequences every row
+    longest = max(1, triton.cdiv(static.batch[1] if static.batch is not None else TT, static.chunk_size))
     states = triton_call(
         b, cu, starts, local_states, kernel=kernels.chunk_state_fixup_kernel, out_shape=state(NS, states_dtype),
         input_output_aliases={3: 0} if states_dtype == f32 else {},
-        grid=(triton.cdiv(V, BV), N * H * n_seg, triton.cdiv(K, BK)),
+        grid=(triton.cdiv(V, BV) * triton.cdiv(triton.cdiv(longest, n_seg), FIXUP_CHUNKS), N * H * n_seg,
+              triton.cdiv(K, BK)),
         name="workbench_chunk_gla_state_fixup", H=H, K=K, V=V, BT=static.chunk_size, BK=BK, BV=BV, NSEG=n_seg,
-        REVERSE=reverse, B_LOCAL=local)
+        REVERSE=reverse, B_LOCAL=local, CB=FIXUP_CHUNKS)
     return final, states, b
 
 
