@@ -1,4 +1,5 @@
-"""Issue 48 prototype (not the op's path): chunk_gla's `chunk_dqkg_kernel` made persistent and pipelined.
+"""Issue 48 prototypes (not the op's path): chunk_gla's `chunk_dqkg_kernel` and `chunk_o_kernel` made persistent
+and pipelined.
 
 Nsight Compute on an H200 at the target (data/bench/backward_stalls/) finds the op's dqkg kernel, 47 % of the
 backward's device time, waiting on its own loads: at 255 registers two programs of 4 warps fit a multiprocessor,
@@ -7,7 +8,9 @@ warps' samples stall on those stores waiting for the loads (long scoreboard), wi
 A program of this kernel instead walks chunk slots i, i + P, i + 2P, ... in a `tl.range` loop with `STAGES`
 pipeline stages, so Triton issues the next chunk's loads (asynchronous copies into shared memory) while the
 current chunk is computed. The body is `chunk_dqkg_kernel`'s, with an unused slot's (start = end) rows masked
-instead of returning. `probe.py` compares its outputs with the op's kernel and times both."""
+instead of returning. `chunk_o_persistent_kernel` is the same for the o kernel (the bench's case: a 16-bit per-key
+gate, b formed in the kernel), which moves the forward's largest bytes at 62 % of the bandwidth. `probe.py` compares
+their outputs with the op's kernels and times both."""
 import triton
 import triton.language as tl
 
@@ -94,3 +97,42 @@ def chunk_dqkg_persistent_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  #
         b_xp = tl.where((o_t > 0)[:, None], tl.gather(b_x, up, axis=0), 0.0)
         b_dg = tl.cumsum(b_xp, axis=0) + b_state[None, :] + tl.cumsum(b_p, axis=0, reverse=True)
         tl.store(dgk + p_t, b_dg, mask=m_tk)
+
+
+@triton.jit
+def chunk_o_persistent_kernel(q, k, v, gk, b, hs, A, bounds,  # inputs: b the sweep's b_L by slot [NS, H, K]
+                              o,  # output [TT, H, V]
+                              NS, scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                              BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr,
+                              STAGES: tl.constexpr):
+    i_v, i_h = tl.program_id(0), tl.program_id(2)
+    P = tl.num_programs(1)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    o_t = tl.arange(0, BT)
+    for i_s in tl.range(tl.program_id(1), NS, P, num_stages=STAGES):
+        i_s64 = i_s + tl.zeros([], tl.int64)  # the loop variable is a Python int in the interpreter
+        start = tl.load(bounds + 2 * i_s64).to(tl.int64)
+        end = tl.load(bounds + 2 * i_s64 + 1).to(tl.int64)
+        first = tl.where(end > start, start, 0)
+        rows = start + o_t
+        m_t = rows < end
+        b_v = tl.load(v + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
+        dtype = b_v.dtype
+        b_h = tl.load(hs + (i_s64 * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
+                      mask=m_k[:, None] & m_v[None, :], other=0.0).to(dtype)
+        b_q = load_tile(q, rows, m_t, i_h, o_k, m_k, H, K)
+        b_b = gla._chunk_b(gk, rows, m_t, i_h, o_k, m_k, H, K, BT, True)
+        b_b0 = load_row(gk, first, i_h, o_k, m_k, H, K)
+        direct = tl.max(b_b0 - load_row(b, i_s64, i_h, o_k, m_k, H, K), axis=0) <= RHO
+        b_qbar = (b_q * exp_e(b_b) * scale).to(dtype)
+        if direct:
+            b_A = gla._chunk_A(b_q, load_tile(k, rows, m_t, i_h, o_k, m_k, H, K), b_b, b_b0, m_t, scale, F32_DOT,
+                               BT).to(dtype)
+        else:
+            b_A = tl.load(A + (rows[:, None] * H + i_h) * BT + o_t[None, :], mask=m_t[:, None] & m_t[None, :],
+                          other=0.0)
+        b_o = tl.dot(b_qbar, b_h, input_precision=F32_DOT) + tl.dot(b_A, b_v, input_precision=F32_DOT)
+        tl.store(o + (rows[:, None] * H + i_h) * V + o_v[None, :], b_o.to(o.dtype.element_ty),
+                 mask=m_t[:, None] & m_v[None, :])
