@@ -30,9 +30,9 @@ def chunk_state_fixup_kernel(b, cu_seqlens, starts, local,  # inputs: local floa
     """(gla.13) Every state of a segment: its local state plus the part its entering state S_j contributes, at
     chunk c exp(D_c) ⊙ S_j with D_c = Σ b_L over the segment's chunks before c (after c with REVERSE), stored in
     the states' dtype (`_chunk_b_L`). Program (chunk block · V block, sequence·head·segment, K block): the
-    segment's chunks CB·i … CB·i + CB − 1, in parallel over the segment (a chain over its chunks, one program per
-    segment, waited a load and a store per chunk: 0.22 ms at B1 T64k on an H200); D at its first chunk summed
-    from the b_L rows of the chunks before it, 64 at a time."""
+    segment's chunks CB·i … CB·i + CB − 1, so that a segment's chunks are fixed in parallel (one program walking
+    all of them waited a load and a store per chunk: 0.22 ms at B1 T64k on an H200); D at the block's first chunk
+    is summed from the b_L rows of the chunks before it, 64 at a time."""
     NV: tl.constexpr = (V + BV - 1) // BV
     i_cv, i_nhj, i_k = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     i_cb, i_v = i_cv // NV, i_cv % NV
