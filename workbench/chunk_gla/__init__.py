@@ -23,7 +23,7 @@ from .. import _checks
 from .._bounds import keep_inside, packed_bounds, slot_table, stand_ins
 from .._sharding import SEQUENCE_HINT, linear_dims, linear_out_dims, per_device, summed_grads, vary_like
 from ..launch import sm_count, triton_call
-from . import kernels, state_fixup
+from . import fixup_kernels, kernels
 from .reference import chunk_gla_ref, chunked_packed, log_decay
 
 __all__ = ["chunk_gla", "Tuning", "CHUNK_SIZES"]
@@ -213,7 +213,7 @@ def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: b
     # chunks of the longest sequence there can be: the batch's T, or with packed sequences every row
     longest = max(1, triton.cdiv(static.batch[1] if static.batch is not None else TT, static.chunk_size))
     states = triton_call(
-        b, cu, starts, local_states, kernel=state_fixup.chunk_state_fixup_kernel, out_shape=state(NS, states_dtype),
+        b, cu, starts, local_states, kernel=fixup_kernels.chunk_state_fixup_kernel, out_shape=state(NS, states_dtype),
         input_output_aliases={3: 0} if states_dtype == f32 else {},
         grid=(triton.cdiv(V, BV) * triton.cdiv(triton.cdiv(longest, n_seg), FIXUP_CHUNKS), N * H * n_seg,
               triton.cdiv(K, BK)),
