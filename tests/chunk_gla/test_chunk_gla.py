@@ -481,19 +481,60 @@ def test_two_level_state_pass_equals_one_sweep(packed, segments):
     assert_same(outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(segments=segments)), one)
 
 
-def test_two_level_fixup_over_long_segments_equals_one_sweep():
-    """Segments longer than the fix-up's chunk block (`FIXUP_CHUNKS`) and than its 64-chunk prefix block: a
-    sequence of 150 chunks of 16 (segments of 75) beside a short one, a weak bfloat16 per-key gate (the entering
-    states still count 75 chunks on), forward and backward: the forward's fix-up reads b_L by slot, the
-    backward's (last chunk first) the rows of b at chunk ends. The same outputs and gradients as the single
-    sweep."""
-    cu = [0, 2390, 2400]
-    inputs = inputs_for(43, 1, cu[-1], 1, 8, 8, dtype=jnp.bfloat16, gates=("gk",), strength=0.001, n_seqs=2)
-    inputs["cu_seqlens"] = jnp.asarray(cu, jnp.int32)
-    cts = cotangents(44, inputs, 2)
-    one = outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(segments=1))
-    two = outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(segments=2))
-    assert_same(two, one, tol=2e-3)  # bf16 outputs: the two passes' float32 states differ in their last bits
+@pytest.mark.parametrize("reverse, local", [(False, True), (False, False), (True, False)],
+                         ids=["forward-b_L-by-slot", "forward-b-rows", "backward-b-rows"])
+def test_two_level_fixup_over_long_segments(reverse, local):
+    """(gla.13)'s step 3 by `fixup_kernels.chunk_state_fixup_kernel` itself, against NumPy in float64: a sequence
+    of 150 chunks of 16 rows cut into 2 segments of 75 (more than the fix-up's blocks of `FIXUP_CHUNKS` and than its
+    64-chunk prefix blocks) beside a short one; at chunk c of segment j, local + exp(Σ ℓ over the segment's chunks
+    before c, after c backward) ⊙ the entering state, with ℓ each chunk's b_L from the rows of b at chunk ends or by
+    slot; stored in bfloat16 (rounded once, to nearest) and in float32."""
+    from workbench._bounds import chunk_bounds
+    from workbench.chunk_gla import FIXUP_CHUNKS, fixup_kernels
+
+    BT, H, K, V, NSEG = 16, 1, 8, 8, 2
+    cu = np.asarray([0, 2390, 2400], np.int32)  # 150 chunks (the last partial), then 1
+    TT, N = int(cu[-1]), len(cu) - 1
+    bounds = np.asarray(chunk_bounds(cu, TT, BT))
+    NS = bounds.shape[0]
+    rng = np.random.default_rng(5)
+    local_states = rng.standard_normal((NS, H, K, V)).astype(np.float32)
+    starts = rng.standard_normal((N * NSEG, H, K, V)).astype(np.float32)
+    ell = -rng.uniform(0.0, 0.05, (NS, H, K)).astype(np.float32)  # each slot's chunk's b_L
+    slot_of = {}  # (sequence, chunk) → slot
+    for n in range(N):
+        for c in range(-(-(int(cu[n + 1]) - int(cu[n])) // BT)):
+            slot_of[n, c] = int(cu[n]) // BT + n + c  # `segment_chunks`' first slot, then one per chunk
+            assert bounds[slot_of[n, c], 0] == cu[n] + c * BT
+    if local:
+        b = ell
+    else:  # b [TT, H, K] holding each chunk's b_L at its last row (the fix-up reads no other row)
+        b = np.full((TT, H, K), np.nan, np.float32)
+        for (n, c), slot in slot_of.items():
+            b[min(int(cu[n]) + (c + 1) * BT, int(cu[n + 1])) - 1] = ell[slot]
+    want = np.full((NS, H, K, V), np.nan)
+    for n in range(N):
+        chunks = -(-(int(cu[n + 1]) - int(cu[n])) // BT)
+        per = -(-chunks // NSEG)
+        for j in range(NSEG):
+            c0, c1 = min(j * per, chunks), min(j * per + per, chunks)
+            for c in range(c0, c1):
+                before = range(c + 1, c1) if reverse else range(c0, c)
+                d = sum((ell[slot_of[n, x]].astype(np.float64) for x in before), np.zeros((H, K)))
+                want[slot_of[n, c]] = local_states[slot_of[n, c]] + np.exp(d)[..., None] * starts[n * NSEG + j]
+    assert FIXUP_CHUNKS < 64 < 150 // NSEG  # more than one block per segment, a prefix over more than 64 chunks
+    used = sorted(slot_of.values())
+    for dtype in (jnp.bfloat16, jnp.float32):
+        got = workbench.triton_call(
+            jnp.asarray(b), jnp.asarray(cu), jnp.asarray(starts), jnp.asarray(local_states),
+            kernel=fixup_kernels.chunk_state_fixup_kernel, out_shape=jax.ShapeDtypeStruct((NS, H, K, V), dtype),
+            grid=(triton.cdiv(triton.cdiv(TT, BT), NSEG) // FIXUP_CHUNKS + 1, N * H * NSEG, 1), H=H, K=K, V=V, BT=BT, BK=16,
+            BV=16, NSEG=NSEG, REVERSE=reverse, B_LOCAL=local, CB=FIXUP_CHUNKS)
+        got = np.asarray(got.astype(jnp.float32), np.float64)[used]
+        if dtype == jnp.float32:
+            np.testing.assert_allclose(got, want[used], rtol=2e-6, atol=2e-6)
+        else:  # within half a bfloat16 ulp (2⁻⁸ of the value at most), plus float32's few ulps before the rounding
+            assert np.all(np.abs(got - want[used]) <= 2.0 ** -8 * np.abs(want[used]) + 1e-6)
 
 
 def test_every_segment_sweep_config_gives_the_same_answer(tuning_problem):
