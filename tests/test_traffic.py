@@ -39,23 +39,24 @@ def test_each_launch_counts_its_arrays_and_outputs_once():
     assert read <= o.read < read + 1024, o
 
 
-def test_the_backward_forms_the_gates_cumulative_sums_again():
-    """chunk_gla's forward keeps no cumulative sums for the backward (its NOTES): the backward's state sweep
-    writes them a second time, after every forward launch, and no other launch of the backward writes them. The
-    forward that a backward follows keeps its states in float32 (the log-decay gradient's state term reads them
-    so): its sweep writes, and its o kernel reads, twice the bytes of the forward's bfloat16 states."""
+def test_the_backward_forms_the_gates_cumulative_sums_from_the_gate():
+    """chunk_gla's forward keeps no cumulative sums for the backward (its NOTES) and stores its states as the o
+    kernel reads them whether a backward follows or not: the forward of forward+backward moves the forward alone's
+    bytes, launch for launch. The backward's state sweep writes dS_0, dH at each chunk slot (float32) and, of the
+    bfloat16 gate's cumulative sums, b_L again; the dv kernel reads the gate and b_L, not b."""
     op = bench.OPS["chunk_gla"]
     forward = pass_traffic(op, SHAPE, jnp.bfloat16, "forward")
     both = pass_traffic(op, SHAPE, jnp.bfloat16, "forward_backward")
     size = _sizes()
-    extra = size["states"] - size["states_bf16"]
-    assert [r.kernel for r in both[:len(forward)]] == [r.kernel for r in forward]
-    assert both[0].written == forward[0].written + extra and both[0].read == forward[0].read
-    assert both[len(forward) - 1].read == forward[-1].read + extra
+    assert both[:len(forward)] == forward
     backward = both[len(forward):]
-    assert [r.kernel for r in backward][0] == "chunk_dh_kernel"
-    assert backward[0].written == size["state"] + size["states"] + size["b"], backward[0]
+    assert backward[0].kernel == "chunk_dh_kernel"
+    assert backward[0].written == size["state"] + size["states"] + size["b_L"], backward[0]
     assert "chunk_h_kernel" not in [r.kernel for r in backward]
+    dv = next(r for r in backward if r.kernel == "chunk_dv_kernel")
+    A = SHAPE["T"] * SHAPE["H"] * 64 * 2
+    read = 2 * size["k"] + size["v"] + size["gate"] + size["b_L"] + A + size["states"]  # q, k, do, the gate, ...
+    assert read <= dv.read < read + 1024, dv
 
 
 def test_a_compiled_triton_cannot_be_observed(monkeypatch):

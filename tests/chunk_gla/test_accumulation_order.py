@@ -42,7 +42,7 @@ COMPILE = textwrap.dedent("""
     for name, args in pointers.items():
         jit = launch.unwrap(getattr(kernels, name))[2]
         const = dict(H=2, K=64, V=64, BT=BT, BK=32, BV=32, F32_DOT="ieee" if storage == "fp32" else "tf32",
-                     scale=0.125, USE_GK=True, B_LOCAL=storage != "fp32")  # as the op launches the forward
+                     scale=0.125, USE_GK=True, B_LOCAL=storage != "fp32")  # as the op launches them
         signature = {p.name: "*" + args[p.name] if p.name in args else "constexpr" for p in jit.params}
         constexprs = {p.name: const[p.name] for p in jit.params if p.name not in args}
         compiled = compiler.compile_kernel(jit, signature, constexprs, num_warps=4, num_stages=2, last="ttgir")

@@ -204,7 +204,7 @@ def test_own_block_product_and_row_loop_in_one_call(dtype):
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=lambda d: jnp.dtype(d).name)
 def test_a_chunk_spanning_exactly_the_direct_range_takes_one_path_in_every_kernel(dtype):
     """(gla.12) A chunk whose span is exactly DIRECT_RANGE in float32 (forty steps of −0.5) is direct, one of
-    20.5 is not. `chunk_dqk_intra_kernel` (`_split_slots`) and `_chunk_direct` of the dqkg kernel must decide
+    20.5 is not. `chunk_dqk_intra_kernel` (`_split_slots`) and `_b_tile` of the dv and dqkg kernels must decide
     alike at the boundary, and `chunk_a_kernel` must form A wherever the o and dv kernels do not: a kernel that
     took the other side there would read rows of A or dq°, dk° that were never written."""
     from workbench.chunk_gla.kernels import DIRECT_RANGE
@@ -302,16 +302,16 @@ def test_the_sweeps_form_b_as_float64_prefix_sums_give_it(gate_dtype, reverse):
                        jax.ShapeDtypeStruct((NS if local else T, H, K), f32)],
             grid=lambda meta: (triton.cdiv(V, meta["BV"]), H, triton.cdiv(K, meta["BK"])), H=H, K=K, V=V, BT=BT,
             F32_DOT="ieee" if gate_dtype == jnp.float32 else "tf32",
-            **(dict(scale=1.0) if reverse else dict(B_LOCAL=local)))
+            B_LOCAL=local, **(dict(scale=1.0) if reverse else {}))
         return np.asarray(b, np.float64)
 
     a64 = np.asarray(a, np.float64)
     want = np.concatenate([np.cumsum(a64[c:c + BT], axis=0) for c in range(0, T, BT)])
     got = sweep(False)
     assert np.all(np.abs(got - want) <= 64 * 2.0 ** -24 * np.abs(want) + 1e-30), float(np.max(np.abs(got - want)))
-    if not reverse:  # B_LOCAL: b_L alone, by chunk slot (the last row of each chunk, the short one's too)
-        last = [min(c + BT, T) - 1 for c in range(0, T, BT)]
-        np.testing.assert_array_equal(sweep(True), got[last])
+    # B_LOCAL: b_L alone, by chunk slot (the last row of each chunk, the short one's too)
+    last = [min(c + BT, T) - 1 for c in range(0, T, BT)]
+    np.testing.assert_array_equal(sweep(True), got[last])
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=lambda d: jnp.dtype(d).name)
@@ -333,10 +333,10 @@ def test_dv_takes_the_state_gradient_to_float32_precision(dtype):
     dhs = np.zeros((NS, H, K, V), np.float32)
     dhs[0] = dh[0]
     dv = np.asarray(workbench.triton_call(
-        zeros, k, jnp.zeros((BT, H, V), dtype), jnp.zeros((BT, H, K), jnp.float32), jnp.zeros((BT, H, BT), dtype),
-        jnp.asarray(dhs), bounds, kernel=kernels.chunk_dv_kernel,
+        zeros, k, jnp.zeros((BT, H, V), dtype), None, jnp.zeros((NS, H, K), jnp.float32),
+        jnp.zeros((BT, H, BT), dtype), jnp.asarray(dhs), bounds, kernel=kernels.chunk_dv_kernel,
         out_shape=jax.ShapeDtypeStruct((BT, H, V), jnp.float32), grid=lambda meta: (V // meta["BV"], NS, H),
-        scale=1.0, H=H, K=K, V=V, BT=BT, BK=K, F32_DOT="tf32"), np.float64)
+        scale=1.0, H=H, K=K, V=V, BT=BT, BK=K, F32_DOT="tf32", B_LOCAL=True), np.float64)  # no gate: b_L = 0
     k64 = np.asarray(k, np.float64)[:, 0]
     want = k64 @ dh[0, 0].astype(np.float64)
     size = np.abs(k64) @ np.abs(dh[0, 0].astype(np.float64))

@@ -42,9 +42,9 @@ class Tuning:
         every sequence into this many segments swept in parallel, then carry the true states across
         them and correct each segment's states. 1 is the single sweep; None (default) chooses by
         `state_segments` from the programs a single sweep would keep in flight and the GPU's SM count.
-    residuals: what the forward keeps for the backward besides the inputs. "keep" (default): the float32
-        chunk-start states and the intra-chunk matrix A (2.0× the inputs and output at B1 T64k H16 K = V = 64
-        bf16 with a scalar gate, 1.4× with a per-key one); "recompute": nothing, the backward sweeping the
+    residuals: what the forward keeps for the backward besides the inputs. "keep" (default): the chunk-start
+        states (in v's dtype) and the intra-chunk matrix A (1.74× the inputs and output at B1 T64k H16 K = V = 64
+        bf16 with a scalar gate, 1.2× with a per-key one); "recompute": nothing, the backward sweeping the
         states and forming A again with the forward's kernels (NOTES.md, "Memory"). The same gradients, bit
         for bit where the kernels are deterministic.
     """
@@ -163,13 +163,12 @@ def _f32_dot(q) -> str:
     return "ieee" if q.dtype == jnp.float32 else "tf32"
 
 
-def _b_local(a, reverse: bool) -> bool:
-    """Whether the forward's kernels form b (gla.3) from the gate where they read it, the sweep storing only each
-    chunk's b_L: without a gate or with a 16-bit one, whose prefix sums every kernel forms exactly rounded
-    (products with ones, NOTES.md "Where b is formed"). A float32 gate's b is summed by scans, whose last bits
-    depend on the tile's layout: the sweep stores it for every reader. The backward's kernels read the
-    backward sweep's b."""
-    return not reverse and (a is None or a.dtype != jnp.float32)
+def _b_local(a) -> bool:
+    """Whether the kernels form b (gla.3) from the gate where they read it, each sweep (forward and backward)
+    storing only each chunk's b_L: without a gate or with a 16-bit one, whose prefix sums every kernel forms
+    exactly rounded (products with ones, NOTES.md "Where b is formed"). A float32 gate's b is summed by scans,
+    whose last bits depend on the tile's layout: each sweep stores it for the readers after it."""
+    return a is None or a.dtype != jnp.float32
 
 
 def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: bool, states_dtype=jnp.float32):
@@ -185,7 +184,7 @@ def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: b
     NS = bounds.shape[0]
     f32 = jnp.float32
     state = lambda n, dtype=f32: jax.ShapeDtypeStruct((n, H, K, V), dtype)  # noqa: E731
-    local = _b_local(a, reverse)
+    local = _b_local(a)
     b = jax.ShapeDtypeStruct((NS if local else TT, H, K), f32)
     n_seg = static.tuning.segments
     if n_seg is None:
@@ -195,9 +194,9 @@ def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: b
     if n_seg == 1:
         kernel, name = ((kernels.chunk_dh_kernel, "workbench_chunk_gla_dh") if reverse
                         else (kernels.chunk_h_kernel, "workbench_chunk_gla_h"))
-        extra = dict(scale=static.scale) if reverse else dict(B_LOCAL=local)  # dh's b is every row's
+        extra = dict(scale=static.scale) if reverse else {}
         return triton_call(x, y, a, init, cu, kernel=kernel, out_shape=[state(N), state(NS, states_dtype), b],
-                           grid=sweep_grid, tune_inputs=tune, name=name, **extra, **common)
+                           grid=sweep_grid, tune_inputs=tune, name=name, B_LOCAL=local, **extra, **common)
     # the segments' local states in float32: the fix-up adds the entering states' part before they are rounded
     local_states, ends, decay, b = triton_call(
         x, y, a, cu, kernel=kernels.chunk_segment_sweep_kernel,
@@ -233,7 +232,7 @@ def _a(q, k, a, b, bounds, static: _Static):
     K, _, BK = _dims(q, q)
     BT = static.chunk_size
     NS = bounds.shape[0]
-    local = _b_local(a, reverse=False)
+    local = _b_local(a)
     A, _ = triton_call(
         q, k, a, b, bounds, kernel=kernels.chunk_a_kernel,
         out_shape=[jax.ShapeDtypeStruct((TT, H, BT), q.dtype),
@@ -254,16 +253,15 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     bounds = slot_table(cu, TT, BT, static.batch)  # [NS, 2] int32; a constant for a fixed batch
     tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
     NS = bounds.shape[0]
-    # (gla.3, gla.4, gla.13) Read by the o kernel alone, which rounds them to v's dtype before its product, the
-    # states are stored so (NOTES.md, "States stored as the o kernel reads them"); kept for the backward, float32
-    ht, hs, b = _state_sweep(k, v, a, h0, cu, bounds, static, tune, reverse=False,
-                             states_dtype=jnp.float32 if save or v.dtype == jnp.float32 else v.dtype)
+    # (gla.3, gla.4, gla.13) The o kernel and dq's state term round the states to v's dtype before their products,
+    # so they are stored so, for a backward too (NOTES.md, "States stored as the o kernel reads them")
+    ht, hs, b = _state_sweep(k, v, a, h0, cu, bounds, static, tune, reverse=False, states_dtype=v.dtype)
     A = _a(q, k, a, b, bounds, static)
     o = triton_call(
         q, k, v, a, b, hs, A, bounds, kernel=kernels.chunk_o_kernel,
         out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype), grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H),
         tune_inputs=tune, name="workbench_chunk_gla_o", scale=static.scale, V=V, F32_DOT=_f32_dot(q), H=H, K=K,
-        BT=BT, BK=BK, B_LOCAL=_b_local(a, reverse=False))
+        BT=BT, BK=BK, B_LOCAL=_b_local(a))
     return o, ht, ((hs, A) if save else None)
 
 
@@ -280,26 +278,28 @@ def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):
     NS = bounds.shape[0]
     f32 = jnp.float32
     if residuals is None:
-        _, hs, b_forward = _state_sweep(k, v, a, h0, cu, bounds, static, tune, reverse=False)
+        _, hs, b_forward = _state_sweep(k, v, a, h0, cu, bounds, static, tune, reverse=False, states_dtype=v.dtype)
         A = _a(q, k, a, b_forward, bounds, static)
     else:
         hs, A = residuals
-    common = dict(H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
-    # b again, from this sweep: the kernels below decide which chunks are direct from it, A's margin covers
-    # where that differs from the forward's b (gla.12, `kernels._split_slots`)
+    local = _b_local(a)
+    common = dict(H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q), B_LOCAL=local)
+    # b again (or b_L), from this sweep: the kernels below decide which chunks are direct from it, A's margin
+    # covers where that differs from the forward's b (gla.12, `kernels._split_slots`)
     dh0, dhs, b = _state_sweep(q, do, a, dht, cu, bounds, static, tune, reverse=True)
     dv = triton_call(
-        q, k, do, b, A, dhs, bounds, kernel=kernels.chunk_dv_kernel,
+        q, k, do, a, b, A, dhs, bounds, kernel=kernels.chunk_dv_kernel,
         out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype), grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H),
         tune_inputs=tune, name="workbench_chunk_gla_dv", scale=static.scale, BK=BK, **common)
     BV = max(16, triton.next_power_of_2(V))
-    dq_s, dk_s = triton_call(
-        q, k, v, do, b, bounds, kernel=kernels.chunk_dqk_intra_kernel,
-        out_shape=[jax.ShapeDtypeStruct((TT, H, K), f32)] * 2, grid=(triton.cdiv(NS, CB), H),
+    dq_s, dk_s, _ = triton_call(
+        q, k, v, do, a, b, bounds, kernel=kernels.chunk_dqk_intra_kernel,
+        out_shape=[jax.ShapeDtypeStruct((TT, H, K), f32)] * 2  # the third: scratch, written, not read
+        + [jax.ShapeDtypeStruct((TT, H, K) if local else (1,), f32)], grid=(triton.cdiv(NS, CB), H),
         name="workbench_chunk_gla_dqk_intra", num_warps=4, num_stages=1, NS=NS, CB=CB, scale=static.scale, BK=BK,
         BV=BV, **common)
     dq, dk, da = triton_call(
-        q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds, kernel=kernels.chunk_dqkg_kernel,
+        q, k, v, do, a, b, hs, dhs, dq_s, dk_s, bounds, kernel=kernels.chunk_dqkg_kernel,
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
                    jax.ShapeDtypeStruct((TT, H, K), f32 if a is None else a.dtype)],
         grid=lambda meta: (triton.cdiv(K, meta["BK"]), NS, H), tune_inputs=tune, name="workbench_chunk_gla_dqkg",

@@ -16,7 +16,7 @@ forward
 * `chunk_o_kernel`       (V block, slot, head): o = q̄ h + A v (gla.5), whole-chunk products.
 backward
 * `chunk_dh_kernel`      (V block, sequence·head, K block): dH at every chunk end, one reverse sweep (gla.7),
-                         and b again (the backward's kernels below read this one).
+                         and b again, or b_L (B_LOCAL, as the forward: the kernels below read this one).
 * `chunk_dv_kernel`      (V block, slot, head): dv (gla.8).
 * `chunk_dqk_intra_kernel` (CB slots, head): the strict intra-chunk parts dq°, dk° of (gla.9) of the chunks
                          that are not direct, one sub-chunk at a time.
@@ -313,20 +313,42 @@ def _chunk_A(b_q, b_k, b_b, b_b0, m_t, scale, F32_DOT: tl.constexpr, BT: tl.cons
     return tl.where(o_t[:, None] >= o_t[None, :], b_A, 0.0) * scale
 
 
-# sub-chunk tiles and the elementwise [BC, BC, BK] ratio block, as the KDA kernels use them
+@triton.jit
+def _b_tile(gk, b, rows, m_t, start, end, i_s, i_h, o_k, m_k, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+            BK: tl.constexpr, B_LOCAL: tl.constexpr, USE_GK: tl.constexpr):
+    """A backward kernel's b (gla.3) of one chunk at key columns o_k ([BT, BK] float32), b_L ([BK]) and whether
+    the chunk is direct (gla.12, over all K): from the backward sweep's rows of b (`_chunk_direct`; b_L past the
+    chunk's end), or with B_LOCAL formed from the gate (`_chunk_b`) beside the sweep's b_L by slot, deciding as
+    `_split_slots` does: max over K of a_start − b_L (b at a chunk's first row is its own log-decay)."""
+    if B_LOCAL:
+        b_bL = load_row(b, i_s, i_h, o_k, m_k, H, K)
+        b_b = _chunk_b(gk, rows, m_t, i_h, o_k, m_k, H, K, BT, USE_GK)
+        span = tl.zeros([], tl.float32)  # without a gate b = 0; a max below 0 is direct either way
+        if USE_GK:
+            for i_k in tl.static_range(0, (K + BK - 1) // BK):
+                o_j = i_k * BK + tl.arange(0, BK)
+                span = tl.maximum(span, tl.max(load_row(gk, start, i_h, o_j, o_j < K, H, K)
+                                               - load_row(b, i_s, i_h, o_j, o_j < K, H, K), axis=0))
+        direct = span <= RHO
+    else:
+        b_bL = load_row(b, end - 1, i_h, o_k, m_k, H, K)
+        b_b = tl.where(m_t[:, None], load_tile(b, rows, m_t, i_h, o_k, m_k, H, K), b_bL[None, :])
+        direct = _chunk_direct(b, start, end, i_h, H, K, BK)
+    return b_b, b_bL, direct
 
 
 @triton.jit
-def _diagonal_ratio(b_bi, STRICT: tl.constexpr):
-    """[BC, BC, BK] exp(b_r − b_s) for s < r (and s = r unless STRICT) inside one sub-chunk, else 0 (gla.6)."""
-    o_c = tl.arange(0, BC)
-    if STRICT:
-        below = o_c[:, None] > o_c[None, :]
+def _b_first(gk, b, start, i_h, o_k, m_k, H: tl.constexpr, K: tl.constexpr, B_LOCAL: tl.constexpr,
+             USE_GK: tl.constexpr):
+    """b at the chunk's first row ([BK]): the sweep's, or with B_LOCAL the gate's row (zeros without a gate)."""
+    if B_LOCAL:
+        if USE_GK:
+            b_b0 = load_row(gk, start, i_h, o_k, m_k, H, K)
+        else:
+            b_b0 = tl.zeros(o_k.shape, tl.float32)
     else:
-        below = o_c[:, None] >= o_c[None, :]
-    below = below[:, :, None]
-    diff = tl.where(below, b_bi[:, None, :] - b_bi[None, :, :], 0.0)  # never positive where kept
-    return tl.where(below, exp_e(diff), 0.0)
+        b_b0 = load_row(b, start, i_h, o_k, m_k, H, K)
+    return b_b0
 
 
 @triton.jit
@@ -540,16 +562,18 @@ def chunk_o_kernel(q, k, v, gk, b, hs, A, bounds,  # inputs: b [TT, H, K], or wi
 @triton.jit
 def chunk_dh_kernel(q, do, gk, dht, cu_seqlens,  # inputs
                     dh0, dhs, b,  # outputs: dS_0 [N, H, K, V]; dH at each chunk's end [NS, H, K, V]; b [TT, H, K]
+                    # or with B_LOCAL b_L [NS, H, K]
                     scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                    BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr, USE_GK: tl.constexpr):
+                    BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr, B_LOCAL: tl.constexpr,
+                    USE_GK: tl.constexpr):
     """(gla.7) dH ← exp(b_L) ⊙ dH + q̄ᵀ do over the chunks of one sequence, last chunk first, and b (gla.3) of
-    every chunk (`_sweep`)."""
+    every chunk, or b_L (`_sweep`)."""
     i_nh, i_h, first_slot, n_chunks, o_k, o_v, m_k, m_v, m_h, p_state = _key_block_sweep_prologue(
         cu_seqlens, H, K, V, BT, BK, BV)
     bos, eos = sequence_rows(cu_seqlens, i_nh // H)
     b_dh = tl.load(dht + i_nh * K * V + p_state, mask=m_h, other=0.0)  # [BK, BV]
     b_dh, _ = _sweep(q, do, gk, b, dhs, b_dh, bos, eos, first_slot, 0, n_chunks, i_h, o_k, m_k, o_v, m_v, m_h,
-                     p_state, scale, H, K, V, BT, True, USE_GK, F32_DOT, False)
+                     p_state, scale, H, K, V, BT, True, USE_GK, F32_DOT, B_LOCAL)
     tl.store(dh0 + i_nh * K * V + p_state, b_dh, mask=m_h)
 
 
@@ -582,13 +606,15 @@ def chunk_segment_sweep_kernel(x, y, gk, cu_seqlens,  # inputs: (k, v) forward, 
 
 @triton.autotune(configs=block_configs("BV"), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": prune_blocks("BV", "do")})
+@triton.heuristics({"USE_GK": given("gk")})
 @triton.jit
-def chunk_dv_kernel(q, k, do, b, A, dhs, bounds,  # inputs
+def chunk_dv_kernel(q, k, do, gk, b, A, dhs, bounds,  # inputs: b [TT, H, K], or with B_LOCAL b_L [NS, H, K]
                     dv,  # output [TT, H, V]
                     scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                    BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+                    BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr, B_LOCAL: tl.constexpr,
+                    USE_GK: tl.constexpr):
     """(gla.8) dv = Aᵀ do + k̂ dH, with dH the gradient of the state at the chunk's end; a direct chunk's
-    A (gla.12) formed here as the o kernel formed it."""
+    A (gla.12) formed here as the o kernel formed it; b from the gate with B_LOCAL (`_b_tile`)."""
     i_v, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     start, end = slot_rows(bounds, i_s)
     if start >= end:
@@ -602,18 +628,17 @@ def chunk_dv_kernel(q, k, do, b, A, dhs, bounds,  # inputs
     b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
     dtype = b_do.dtype
     b_k = load_tile(k, rows, m_t, i_h, o_k, m_k, H, K)
-    b_b = load_tile(b, rows, m_t, i_h, o_k, m_k, H, K)
+    b_b, b_bL, direct = _b_tile(gk, b, rows, m_t, start, end, i_s, i_h, o_k, m_k, H, K, BT, BK, B_LOCAL, USE_GK)
     # k̂ dH first, so that k̂ and dH are dead before A is formed
-    b_bL = load_row(b, end - 1, i_h, o_k, m_k, H, K)
     b_khat = (b_k * exp_e(b_bL[None, :] - b_b)).to(dtype)  # as the forward rounded it
     b_dh = tl.load(dhs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
                    mask=m_k[:, None] & m_v[None, :], other=0.0)  # [BK, BV]
     # dH in two bfloat16 parts with bfloat16 inputs (`dot_f32_right`; sm_90, the target's configs: 233 → 176
     # registers at 4 warps, 160 → 128 at 8)
     b_dv = dot_f32_right(b_khat, b_dh, F32_DOT)
-    if _chunk_direct(b, start, end, i_h, H, K, BK):
-        b_A = _chunk_A(load_tile(q, rows, m_t, i_h, o_k, m_k, H, K), b_k, b_b, load_row(b, start, i_h, o_k, m_k, H, K), m_t,
-                       scale, F32_DOT, BT).to(dtype)
+    if direct:
+        b_A = _chunk_A(load_tile(q, rows, m_t, i_h, o_k, m_k, H, K), b_k, b_b,
+                       _b_first(gk, b, start, i_h, o_k, m_k, H, K, B_LOCAL, USE_GK), m_t, scale, F32_DOT, BT).to(dtype)
     else:
         b_A = tl.load(A + (rows[:, None] * H + i_h) * BT + o_t[None, :], mask=m_t[:, None] & m_t[None, :],
                       other=0.0)
@@ -673,28 +698,32 @@ def _sub_chunk_dqk(q, k, v, do, b, dq_s, dk_s, i_c, start, end, i_h, scale, H: t
     tl.store(dk_s + p_i, b_dk * scale, mask=m_ik)
 
 
+@triton.heuristics({"USE_GK": given("gk")})
 @triton.jit
-def chunk_dqk_intra_kernel(q, k, v, do, b, bounds,  # inputs
-                           dq_s, dk_s,  # outputs [TT, H, K] float32: the strict intra-chunk parts of (gla.9)
+def chunk_dqk_intra_kernel(q, k, v, do, gk, b, bounds,  # inputs: b [TT, H, K], or with B_LOCAL b_L [NS, H, K]
+                           dq_s, dk_s, bs,  # outputs [TT, H, K] float32: the strict intra-chunk parts of (gla.9);
+                           # with B_LOCAL scratch (b of the chunks they are formed for), else unused
                            NS, scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                            BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr,
-                           CB: tl.constexpr):
+                           CB: tl.constexpr, B_LOCAL: tl.constexpr, USE_GK: tl.constexpr):
     """dq°, dk° of (gla.10) of the chunks in slots CB·i … CB·i + CB − 1 at one head that are not direct
-    (`_split_slots`, deciding as `_chunk_direct` in chunk_dqkg_kernel), one sub-chunk of 16 rows at a time; a
+    (`_split_slots`, deciding as `_b_tile` in chunk_dqkg_kernel), one sub-chunk of 16 rows at a time; a
     direct chunk's are formed by chunk_dqkg_kernel."""
-    _each_split_chunk(q, k, v, do, b, None, None, bounds, dq_s, dk_s, NS, tl.program_id(1), scale, H, K, V, BT, BK,
-                      BV, F32_DOT, CB, 0.0, True, False, False)
+    _each_split_chunk(q, k, v, do, b, gk, bs, bounds, dq_s, dk_s, NS, tl.program_id(1), scale, H, K, V, BT, BK,
+                      BV, F32_DOT, CB, 0.0, True, B_LOCAL, USE_GK)
 
 
 @triton.autotune(configs=block_configs("BK", (16, 32, 64)), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": prune_blocks("BK", "q")})
+@triton.heuristics({"USE_GK": given("gk")})
 @triton.jit
-def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
+def chunk_dqkg_kernel(q, k, v, do, gk, b, hs, dhs, dq_s, dk_s, bounds,  # inputs: b as chunk_dv_kernel's
                       dq, dk, dgk,  # outputs [TT, H, K]; dgk in the log-decay's dtype (float32 without a gate)
                       scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                      BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+                      BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr, B_LOCAL: tl.constexpr,
+                      USE_GK: tl.constexpr):
     """(gla.9) dq, dk and (gla.10) the log-decay gradient of one chunk, for one block of keys, from the
-    strict intra-chunk parts dq°, dk° (`chunk_dqk_intra_kernel`), the states h and dH, and do, v."""
+    strict intra-chunk parts dq°, dk° (`chunk_dqk_intra_kernel`), the states h and dH, do, v, and b (`_b_tile`)."""
     i_k, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     start, end = slot_rows(bounds, i_s)
     if start >= end:
@@ -713,13 +742,11 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
     b_v = tl.load(v + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_tv, other=0.0)
     b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_tv, other=0.0)
     dtype = b_v.dtype
-    b_bL = load_row(b, end - 1, i_h, o_k, m_k, H, K)  # [BK]
     b_q = load_tile(q, rows, m_t, i_h, o_k, m_k, H, K)
     b_k = load_tile(k, rows, m_t, i_h, o_k, m_k, H, K)
-    b_b = tl.where(m_t[:, None], load_tile(b, rows, m_t, i_h, o_k, m_k, H, K), b_bL[None, :])
+    b_b, b_bL, direct = _b_tile(gk, b, rows, m_t, start, end, i_s, i_h, o_k, m_k, H, K, BT, BK, B_LOCAL, USE_GK)
     p_t = (rows[:, None] * H + i_h) * K + o_k[None, :]
     m_tk = m_t[:, None] & m_k[None, :]
-    direct = _chunk_direct(b, start, end, i_h, H, K, BK)
     b_dA_diag = tl.sum(b_do.to(tl.float32) * b_v.to(tl.float32), axis=1)  # [BT] do_r · v_r: the diagonal terms
     b_state = exp_e(b_bL) * tl.sum(b_h * b_dh, axis=1)  # [BK] exp(b_L) ⊙ rowsum(h ⊙ dH), the state term of (gla.10)
     # In three phases, each storing its output before the next begins, so that few [BT, BK] tiles are live
@@ -728,7 +755,7 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
     # chunk_dqk_intra_kernel), the diagonal and the state term of (gla.9)
     if direct:
         b_dA = tl.where(o_t[:, None] > o_t[None, :], tl.dot(b_do, tl.trans(b_v), input_precision=F32_DOT), 0.0)
-        e_q, e_k = _chunk_factors(b_b, load_row(b, start, i_h, o_k, m_k, H, K), m_t)
+        e_q, e_k = _chunk_factors(b_b, _b_first(gk, b, start, i_h, o_k, m_k, H, K, B_LOCAL, USE_GK), m_t)
         b_dq = e_q * tl.dot(b_dA, b_k * e_k, input_precision=F32_DOT) * scale
     else:
         b_dq = tl.load(dq_s + p_t, mask=m_tk, other=0.0)
@@ -741,7 +768,7 @@ def chunk_dqkg_kernel(q, k, v, do, b, hs, dhs, dq_s, dk_s, bounds,  # inputs
     # the diagonal and the state term
     if direct:
         b_dA = tl.where(o_t[:, None] > o_t[None, :], tl.dot(b_do, tl.trans(b_v), input_precision=F32_DOT), 0.0)
-        e_q, e_k = _chunk_factors(b_b, load_row(b, start, i_h, o_k, m_k, H, K), m_t)
+        e_q, e_k = _chunk_factors(b_b, _b_first(gk, b, start, i_h, o_k, m_k, H, K, B_LOCAL, USE_GK), m_t)
         b_dk = e_k * tl.dot(tl.trans(b_dA), b_q * e_q, input_precision=F32_DOT) * scale
     else:
         b_dk = tl.load(dk_s + p_t, mask=m_tk, other=0.0)
