@@ -69,7 +69,8 @@ class Tuning:
         (default): `state_segments` from the sequences × heads in flight and the GPU's SM count, and one
         sweep for K > 128 (more than 1 there is a ValueError: NOTES.md, "Shared memory at K = 256").
     residuals: (chunk_kda) what the forward keeps for the backward. "keep": the gate's cumulative sums b, A,
-        Aqk, w, the chunk-start states and δ (2.7× the inputs and output at B1 T64k H16 K = V = 128 bf16);
+        Aqk, w, the chunk-start states (in the inputs' dtype) and δ (2.3× the inputs and output at B1 T64k H16
+        K = V = 128 bf16);
         "recompute": A and Aqk only (the intra-chunk solve, the forward's costliest part) and, with the
         two-level pass, each segment's entering state, the backward forming b, w and u again (the cumsum and WY
         kernels) and sweeping each segment's states and δ again from its entering state (1.1×; NOTES.md,
@@ -331,10 +332,11 @@ def _resweep(q, k, khat, w, u, do, b, Aqk, starts, cu, bounds, static: _Static, 
 
 
 def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
-    """(o, final_state, residuals (b, A, Aqk, w, hs, δ), starts). With `save` the chunk-start states hs are kept
-    in float32 for the backward (dg's h ⊙ dH term reads them unrounded); without, they are stored in the
-    inputs' dtype, which is all the output's product reads of them (the same o, bit for bit). starts: the
-    two-level pass's segment-entering states (`_state_sweep`), None for one sweep per sequence."""
+    """(o, final_state, residuals (b, A, Aqk, w, hs, δ), starts). The chunk-start states hs are stored in the
+    inputs' dtype, the precision the output's product reads them at; the backward's dg term h ⊙ dH reads the
+    same rounded states (NOTES.md, "Memory"). `save` False keeps nothing for a backward (the fused re-sweep
+    then stores neither states nor δ). starts: the two-level pass's segment-entering states (`_state_sweep`),
+    None for one sweep per sequence."""
     TT, H, _ = q.shape
     K, V, BK = _dims(q, v)
     BT = static.chunk_size
@@ -360,7 +362,7 @@ def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
                              grid=(NS, H), tune_inputs=tune, name="workbench_kda_intra", **intra)
         w, u, qbar, khat = _wu(q, k, v, b, beta, A, bounds, static, tune)
     ht, hs, delta, o, starts = _state_sweep(None, None, khat, w, u, None, b, Aqk, h0, cu, bounds, static, tune,
-                                            reverse=False, states_dtype=f32 if save else q.dtype, qbar=qbar,
+                                            reverse=False, states_dtype=q.dtype, qbar=qbar,
                                             save=save)
     if o is None:
         o = triton_call(qbar, Aqk, delta, hs, bounds, kernel=forward_kernels.chunk_kda_o_kernel,
@@ -403,10 +405,10 @@ def _recomputed(q, k, v, g, beta, h0, cu, A, Aqk, starts, static: _Static):
     w, u, _, khat = _wu(q, k, v, b, beta, A, bounds, static, tune)
     if starts is None:
         _, hs, delta, _, _ = _state_sweep(None, None, khat, w, u, None, b, Aqk, h0, cu, bounds, static, tune,
-                                          reverse=False, states_dtype=jnp.float32)
+                                          reverse=False, states_dtype=q.dtype)
     else:
         hs, delta = _resweep(None, None, khat, w, u, None, b, None, starts, cu, bounds, static, tune, reverse=False,
-                             states_dtype=jnp.float32)
+                             states_dtype=q.dtype)
     return b, A, Aqk, w, hs, delta
 
 
