@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from workbench._precision import round_to
+from workbench._bounds import chunk_slots
+from workbench._precision import entering_state_term, round_to
 from workbench.chunk_gla.reference import chunk_gla_ref
 from workbench.kda.reference import chunk_kda_ref
 
@@ -114,3 +115,41 @@ def test_references_round_with_reduce_precision():
     kda = jax.jit(lambda *a: chunk_kda_ref(*a, gk, beta, chunk_size=16)).lower(q, k, v).as_text()
     assert gla.count("reduce_precision") >= 4  # k̂ and v (gla.4), q̄ and h, A (gla.5)
     assert kda.count("reduce_precision") >= 4
+
+
+@pytest.mark.parametrize("cu", [[0, 1, 1, 2, 4], [0, 0, 37, 40, 40, 75]], ids=["short", "empty-and-multi-chunk"])
+def test_entering_state_term_adds_each_sequences_lost_term_to_its_first_chunk_rows(cu):
+    """The term is exp(b_L) ⊙ Σ_v (h0 − hs) ⊙ dH of each sequence's first chunk slot (found here from
+    `chunk_slots`' first-chunk flags, not the helper's formula), added to exactly that chunk's rows; every other
+    row is unchanged; float32 states return dg as it is."""
+    BT, H, K, V = 16, 2, 3, 4
+    cu_np = np.asarray(cu, np.int32)
+    TT, N = int(cu_np[-1]), len(cu) - 1
+    start, end, seq, first, _ = (np.asarray(x) for x in chunk_slots(cu_np, TT, BT))
+    NS = start.shape[0]
+    rng = np.random.default_rng(0)
+    h0 = rng.standard_normal((N, H, K, V)).astype(np.float32)
+    hs = jnp.asarray(rng.standard_normal((NS, H, K, V)), jnp.bfloat16)
+    slots = np.flatnonzero(first)
+    hs = hs.at[slots].set(jnp.asarray(h0[seq[slots]], jnp.bfloat16))  # as the sweeps store it
+    dhs = rng.standard_normal((NS, H, K, V)).astype(np.float32)
+    b_first = -rng.uniform(0, 3, (N, H, K)).astype(np.float32)
+    dg = rng.standard_normal((TT, H, K)).astype(np.float32)
+    got = np.asarray(entering_state_term(jnp.asarray(dg), jnp.asarray(h0), hs, jnp.asarray(dhs),
+                                         jnp.asarray(b_first), jnp.asarray(cu_np), BT))
+    want = dg.astype(np.float64)
+    hs64 = np.asarray(hs.astype(jnp.float32), np.float64)
+    for s in slots:
+        n = seq[s]
+        lost = np.sum((h0[n].astype(np.float64) - hs64[s]) * dhs[s], axis=-1)
+        want[start[s]:end[s]] += np.exp(b_first[n].astype(np.float64)) * lost
+    assert len(slots) == sum(1 for a, b in zip(cu[:-1], cu[1:]) if b > a)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    untouched = np.ones(TT, bool)
+    for s in slots:
+        untouched[start[s]:end[s]] = False
+    assert np.array_equal(got[untouched], dg[untouched])
+    assert not np.allclose(got[~untouched], dg[~untouched])  # the rounding did lose something there
+    same = entering_state_term(jnp.asarray(dg), jnp.asarray(h0), jnp.asarray(hs64, jnp.float32), jnp.asarray(dhs),
+                               jnp.asarray(b_first), jnp.asarray(cu_np), BT)
+    assert np.array_equal(np.asarray(same), dg)

@@ -181,6 +181,28 @@ def test_pinned_regressions(case):
         assert all(bool(jnp.all(jnp.isfinite(x.astype(jnp.float32)))) for x in kernel.values())
 
 
+# Draws where the entering state's rounding was dg's whole error: the backward reads each chunk's start state from
+# hs, stored in the inputs' 16-bit dtype, and a sequence's first chunk starts from h0, given exactly in float32;
+# in short sequences with strong decay, dg is mostly the state term exp(b_L) ⊙ rowsum(h ⊙ dH), and reading h0
+# rounded put dg at 8-15× the reference's error (1.1e-2 and 1.5e-2 against 1.8e-3 and 1.0e-3)
+ENTERING_STATE = {
+    "T1-g-and-gk": dict(seed=4, gates=("g", "gk"), strength=3.0, cu_seqlens=None),
+    "T1-g": dict(seed=5, gates=("g",), strength=5.0, cu_seqlens=None),
+    "varlen-1-0-1-2-g": dict(seed=5, gates=("g",), strength=5.0, cu_seqlens=[0, 1, 1, 2, 4]),
+}
+
+
+@pytest.mark.parametrize("case", ENTERING_STATE.values(), ids=ENTERING_STATE.keys())
+def test_the_entering_state_reaches_the_log_decay_gradient_unrounded(case):
+    """`_precision.entering_state_term`: dg's state term at each sequence's first chunk takes h0 as given."""
+    cu = case["cu_seqlens"]
+    T = 1 if cu is None else cu[-1]
+    inputs = inputs_for(case["seed"], 1, T, 1, 24, 20, dtype=jnp.bfloat16, gates=case["gates"],
+                        strength=case["strength"], n_seqs=None if cu is None else len(cu) - 1)
+    kwargs = {} if cu is None else dict(cu_seqlens=jnp.asarray(cu, jnp.int32))
+    check_against_oracle(inputs, case["seed"] + 1, definition=True, chunk_size=16, **kwargs)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=lambda d: jnp.dtype(d).name)
 def test_own_block_product_and_row_loop_in_one_call(dtype):
     """(gla.11) Sub-chunks whose log-decays span just under DIRECT_RANGE take the own-block product,

@@ -21,6 +21,7 @@ import triton
 
 from .. import _checks
 from .._bounds import keep_inside, packed_bounds, slot_table, stand_ins
+from .._precision import entering_state_term, first_chunk_rows
 from .._sharding import SEQUENCE_HINT, linear_dims, linear_out_dims, per_device, summed_grads, vary_like
 from ..launch import sm_count, triton_call
 from . import fixup_kernels, kernels
@@ -85,6 +86,7 @@ class _Static:
     chunk_size: int
     tuning: Tuning
     batch: tuple[int, int] | None = None  # (B, T) of a fixed-length batch, whose bounds are known when traced
+    initial_state: bool = False  # whether one was given (else h0 = 0, which 16-bit states hold exactly)
 
 
 def chunk_gla(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, cu_seqlens=None, chunk_size=64,
@@ -143,7 +145,8 @@ def _chunk_gla(q, k, v, g, gk, initial_state, cu_seqlens, *, scale, chunk_size, 
     a = pack(gk) if g is None else log_decay(pack(g), pack(gk), (B * T, H, K), jnp.float32)
     h0 = (vary_like(jnp.zeros((N, H, K, V), jnp.float32), q, k, v) if initial_state is None
           else initial_state.astype(jnp.float32))
-    static = _Static(scale=scale, chunk_size=chunk_size, tuning=tuning, batch=(B, T) if cu_seqlens is None else None)
+    static = _Static(scale=scale, chunk_size=chunk_size, tuning=tuning, batch=(B, T) if cu_seqlens is None else None,
+                     initial_state=initial_state is not None)
     o, ht = _chunk_gla_packed(pack(q), pack(k), pack(v), a, h0, cu, static)
     return keep_inside(o.reshape(B, T, H, V), inside), ht
 
@@ -267,8 +270,10 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
 
 def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):
     """Gradients of (q, k, v, a, h0); da in a's dtype (float32 without a gate), stored so by the dqkg kernel's
-    rounding store, not by a conversion after it. residuals: the forward's (hs, A), or None to form them again
-    (`Tuning(residuals="recompute")`)."""
+    rounding store, not by a conversion after it — except with an initial state and a 16-bit gate: then da
+    leaves the kernel in float32, takes h0 unrounded in its state term at each sequence's first chunk
+    (`_precision.entering_state_term`) and is rounded after. residuals: the forward's (hs, A), or None to form
+    them again (`Tuning(residuals="recompute")`)."""
     TT, H, _ = q.shape
     K, V, BK = _dims(q, v)
     BT = static.chunk_size
@@ -298,12 +303,17 @@ def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):
         + [jax.ShapeDtypeStruct((TT, H, K) if local else (1,), f32)], grid=(triton.cdiv(NS, CB), H),
         name="workbench_chunk_gla_dqk_intra", num_warps=4, num_stages=1, NS=NS, CB=CB, scale=static.scale, BK=BK,
         BV=BV, **common)
+    restore = static.initial_state and a is not None and TT > 0  # without a gate da is not a gradient
     dq, dk, da = triton_call(
         q, k, v, do, a, b, hs, dhs, dq_s, dk_s, bounds, kernel=kernels.chunk_dqkg_kernel,
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
-                   jax.ShapeDtypeStruct((TT, H, K), f32 if a is None else a.dtype)],
+                   jax.ShapeDtypeStruct((TT, H, K), f32 if a is None or restore else a.dtype)],
         grid=lambda meta: (triton.cdiv(K, meta["BK"]), NS, H), tune_inputs=tune, name="workbench_chunk_gla_dqkg",
         scale=static.scale, BV=BV, **common)
+    if restore:
+        rows, valid = first_chunk_rows(cu, BT)
+        b_first = jnp.sum(jnp.where(valid[..., None, None], a[jnp.minimum(rows, TT - 1)].astype(f32), 0.0), axis=1)
+        da = entering_state_term(da, h0, hs, dhs, b_first, cu, BT).astype(a.dtype)
     return dq, dk, dv, da, dh0
 
 

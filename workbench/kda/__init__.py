@@ -23,6 +23,7 @@ import triton
 
 from .. import _checks
 from .._bounds import keep_inside, packed_bounds, slot_table, stand_ins
+from .._precision import entering_state_term, first_chunk_rows
 from .._sharding import SEQUENCE_HINT, linear_dims, linear_out_dims, per_device, summed_grads, vary_like
 from ..launch import sm_count, triton_call
 from .. import tl_chunked
@@ -121,6 +122,7 @@ class _Static:
     tuning: Tuning
     wy_variant: str = "transposed_pointer"  # internal: NOTES.md, "The review question"
     batch: tuple[int, int] | None = None  # (B, T) of a fixed-length batch, whose bounds are known when traced
+    initial_state: bool = False  # whether one was given (else h0 = 0, which 16-bit states hold exactly)
 
 
 def _validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, impl) -> int:
@@ -211,6 +213,7 @@ def _chunk_kda(q, k, v, g, beta, initial_state, cu_seqlens, *, static: _Static, 
     cu, inside = packed_bounds(cu_seqlens, B, T)  # traced bounds: the bounds rule (API.md)
     if cu_seqlens is None:
         static = dataclasses.replace(static, batch=(B, T))
+    static = dataclasses.replace(static, initial_state=initial_state is not None)
     if impl == "reference":
         return chunk_kda_ref(q, k, v, g, beta, scale=static.scale, initial_state=initial_state,
                              cu_seqlens=None if cu_seqlens is None else cu, chunk_size=static.chunk_size)
@@ -412,9 +415,10 @@ def _recomputed(q, k, v, g, beta, h0, cu, A, Aqk, starts, static: _Static):
     return b, A, Aqk, w, hs, delta
 
 
-def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static, dg_dtype=jnp.float32):
+def _backward(q, k, v, beta, h0, cu, residuals, do, dht, static: _Static, dg_dtype=jnp.float32):
     """Gradients of (q, k, v, g, beta, h0): dg in `dg_dtype` (g's) and dβ in β's, rounded by the last kernel's
-    stores (float32 inside every kernel before them), not by conversions after it."""
+    stores (float32 inside every kernel before them), not by conversions after it. Given an initial state, dg's
+    state term at each sequence's first chunk takes h0 unrounded (`_precision.entering_state_term`)."""
     b, A, Aqk, w, hs, delta = residuals
     TT, H, _ = q.shape
     K, V, _ = _dims(q, v)
@@ -447,6 +451,8 @@ def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static, dg_dtype=j
             q, k, v, b, beta, A, ddelta, dw, dk_i, dg_i, bounds, kernel=backward_kernels.chunk_kda_bwd_wy_kernel,
             out_shape=[rows_k, rows_k, dv_shape, rows_1, matrix], grid=(NS, H), tune_inputs=tune,
             name="workbench_kda_bwd_wy", **common)
+    if static.initial_state and TT:
+        dg_s = entering_state_term(dg_s, h0, hs, dhs, _first_chunk_b_last(b, cu, BT), cu, BT)
     common.pop("V")
     dq, dk, dg, dbeta = triton_call(
         q, k, b, beta, dAqk, dL, dq_s, dk_s, dg_s, dbeta_s, bounds, kernel=backward_kernels.chunk_kda_bwd_intra_kernel,
@@ -455,6 +461,13 @@ def _backward(q, k, v, beta, cu, residuals, do, dht, static: _Static, dg_dtype=j
         grid=(NS, H), tune_inputs=tune, name="workbench_kda_bwd_intra", scale=static.scale,
         WHOLE_SPAN=_whole_span(static), **common)
     return dq, dk, dv, dg, dbeta, dh0
+
+
+def _first_chunk_b_last(b, cu, BT: int):
+    """b_L of each sequence's first chunk [N, H, K]: b (the chunk-local cumulative sums) at its last row."""
+    _, valid = first_chunk_rows(cu, BT)
+    last = cu[:-1] + jnp.maximum(jnp.sum(valid, axis=1) - 1, 0)  # an empty sequence's: any row (no row takes it)
+    return b[jnp.minimum(last, b.shape[0] - 1)]
 
 
 def _reference_packed(q, k, v, g, beta, h0, cu, static: _Static):
@@ -485,8 +498,8 @@ def _chunk_kda_packed_bwd(static: _Static, residuals, cotangents):
     if static.tuning.backward == "reference":
         _, vjp = jax.vjp(lambda *x: _reference_packed(*x, cu, static), q, k, v, g, beta, h0)
         return summed_grads((*vjp((do, dht)), None), (q, k, v, g, beta, h0))
-    dq, dk, dv, dg, dbeta, dh0 = _backward(q, k, v, beta, cu, saved, do.astype(v.dtype), dht.astype(jnp.float32),
-                                           static, dg_dtype=g.dtype)
+    dq, dk, dv, dg, dbeta, dh0 = _backward(q, k, v, beta, h0, cu, saved, do.astype(v.dtype),
+                                           dht.astype(jnp.float32), static, dg_dtype=g.dtype)
     return summed_grads((dq, dk, dv, dg, dbeta, dh0, None), (q, k, v, g, beta, h0))
 
 
