@@ -337,7 +337,8 @@ def _resweep(q, k, khat, w, u, do, b, Aqk, starts, cu, bounds, static: _Static, 
 def _forward(q, k, v, g, beta, h0, cu, static: _Static, save: bool = True):
     """(o, final_state, residuals (b, A, Aqk, w, hs, δ), starts). The chunk-start states hs are stored in the
     inputs' dtype, the precision the output's product reads them at; the backward's dg term h ⊙ dH reads the
-    same rounded states (NOTES.md, "Memory"). `save` False keeps nothing for a backward (the fused re-sweep
+    same rounded states, but for each sequence's first, whose h0 it restores (`_backward`; NOTES.md, "Memory").
+    `save` False keeps nothing for a backward (the fused re-sweep
     then stores neither states nor δ). starts: the two-level pass's segment-entering states (`_state_sweep`),
     None for one sweep per sequence."""
     TT, H, _ = q.shape
