@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from workbench._bounds import chunk_slots
-from workbench._precision import entering_state_term, round_to
+from workbench._bounds import chunk_slots, entering_state_term
+from workbench._precision import round_to
 from workbench.chunk_gla.reference import chunk_gla_ref
 from workbench.kda.reference import chunk_kda_ref
 

@@ -105,7 +105,7 @@ def chunk_slots(cu_seqlens, total: int, chunk_size: int):
     N = cu.shape[0] - 1
     NS = total // chunk_size + N + 1
     lengths = cu[1:] - cu[:-1]
-    first_slot = cu[:-1] // chunk_size + xp.arange(N, dtype=np.int32)  # strictly increasing
+    first_slot = first_slots(cu, chunk_size)
     n_chunks = (lengths + chunk_size - 1) // chunk_size
     slots = xp.arange(NS, dtype=np.int32)
     seq = xp.clip(xp.searchsorted(first_slot, slots, side="right").astype(np.int32) - 1, 0, N - 1)
@@ -115,6 +115,38 @@ def chunk_slots(cu_seqlens, total: int, chunk_size: int):
     end = xp.where(used, xp.minimum(start + chunk_size, cu[seq + 1]), 0).astype(np.int32)
     return start, end, seq, used & (c == 0), used & (c == n_chunks[seq] - 1)
 
+
+def first_slots(cu, chunk_size: int):
+    """Each sequence's first chunk slot under the int32 bounds `cu` [N + 1]: cu[n] // chunk_size + n, strictly
+    increasing (`chunk_slots`; NumPy for NumPy bounds)."""
+    xp = np if isinstance(cu, np.ndarray) else jnp
+    return cu[:-1] // chunk_size + xp.arange(cu.shape[0] - 1, dtype=np.int32)
+
+
+def first_chunk_rows(cu, chunk_size: int):
+    """(rows, valid), int32 and bool [N, chunk_size]: the packed rows of each sequence's first chunk under the
+    bounds `cu` [N + 1] (valid False past the sequence's end; an empty sequence has none)."""
+    start = cu[:-1]
+    rows = start[:, None] + jnp.arange(chunk_size, dtype=jnp.int32)[None, :]
+    return rows, rows < jnp.minimum(start + chunk_size, cu[1:])[:, None]
+
+
+def entering_state_term(dg, h0, hs, dhs, b_first, cu, chunk_size: int):
+    """dg [TT, H, K] float32 with what the log-decay gradient's state term exp(b_L) ⊙ rowsum(h ⊙ dH) lost at each
+    sequence's first chunk, where the kernels read the chunk-start state h from `hs` in the inputs' 16-bit dtype:
+    there h is the entering state h0, given in float32 and exact (every later h is itself a computed value, as
+    the reference's), so its rounding is the term's only error where a sequence is short. Added back in float32:
+    exp(b_L) ⊙ rowsum((h0 − hs[first slot]) ⊙ dH) on every row of the first chunk, as the kernels add the term
+    to every row of a chunk. b_first [N, H, K]: b_L of each sequence's first chunk (the sum of its log decays);
+    hs, dhs [NS, H, K, V] by chunk slot (`_bounds.first_slots`). A float32 hs loses nothing: dg is returned as it is."""
+    if hs.dtype == jnp.float32 or dg.shape[0] == 0:
+        return dg
+    N = cu.shape[0] - 1
+    slot = first_slots(cu, chunk_size)
+    lost = jnp.sum((h0.astype(jnp.float32) - hs[slot].astype(jnp.float32)) * dhs[slot], axis=-1)  # [N, H, K]
+    rows, valid = first_chunk_rows(cu, chunk_size)
+    term = jnp.broadcast_to((jnp.exp(b_first) * lost)[:, None], (N, chunk_size, *lost.shape[1:]))
+    return dg.at[jnp.where(valid, rows, dg.shape[0])].add(term, mode="drop")
 
 def chunk_bounds(cu_seqlens, total: int, chunk_size: int):
     """The kernels' slot table: int32 `[NS, 2]`, row `slot` = (start, end) of `chunk_slots`; a NumPy array

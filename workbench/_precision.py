@@ -52,30 +52,3 @@ def highest_precision(fn):
             return fn(*args, **kwargs)
 
     return wrapped
-
-
-def first_chunk_rows(cu, chunk_size: int):
-    """(rows, valid), int32 and bool [N, chunk_size]: the packed rows of each sequence's first chunk under the
-    bounds `cu` [N + 1] (valid False past the sequence's end; an empty sequence has none)."""
-    start = cu[:-1]
-    rows = start[:, None] + jnp.arange(chunk_size, dtype=jnp.int32)[None, :]
-    return rows, rows < jnp.minimum(start + chunk_size, cu[1:])[:, None]
-
-
-def entering_state_term(dg, h0, hs, dhs, b_first, cu, chunk_size: int):
-    """dg [TT, H, K] float32 with what the log-decay gradient's state term exp(b_L) ⊙ rowsum(h ⊙ dH) lost at each
-    sequence's first chunk, where the kernels read the chunk-start state h from `hs` in the inputs' 16-bit dtype:
-    there h is the entering state h0, given in float32 and exact (every later h is itself a computed value, as
-    the reference's), so its rounding is the term's only error where a sequence is short. Added back in float32:
-    exp(b_L) ⊙ rowsum((h0 − hs[first slot]) ⊙ dH) on every row of the first chunk, as the kernels add the term
-    to every row of a chunk. b_first [N, H, K]: b_L of each sequence's first chunk (the sum of its log decays);
-    hs, dhs [NS, H, K, V] by chunk slot (`_bounds.chunk_slots`: sequence n's first chunk is slot
-    cu[n] // chunk_size + n). A float32 hs loses nothing: dg is returned as it is."""
-    if hs.dtype == jnp.float32 or dg.shape[0] == 0:
-        return dg
-    N = cu.shape[0] - 1
-    slot = cu[:-1] // chunk_size + jnp.arange(N, dtype=jnp.int32)
-    lost = jnp.sum((h0.astype(jnp.float32) - hs[slot].astype(jnp.float32)) * dhs[slot], axis=-1)  # [N, H, K]
-    rows, valid = first_chunk_rows(cu, chunk_size)
-    term = jnp.broadcast_to((jnp.exp(b_first) * lost)[:, None], (N, chunk_size, *lost.shape[1:]))
-    return dg.at[jnp.where(valid, rows, dg.shape[0])].add(term, mode="drop")

@@ -194,7 +194,7 @@ ENTERING_STATE = {
 
 @pytest.mark.parametrize("case", ENTERING_STATE.values(), ids=ENTERING_STATE.keys())
 def test_the_entering_state_reaches_the_log_decay_gradient_unrounded(case):
-    """`_precision.entering_state_term`: dg's state term at each sequence's first chunk takes h0 as given."""
+    """`_bounds.entering_state_term`: dg's state term at each sequence's first chunk takes h0 as given."""
     cu = case["cu_seqlens"]
     T = 1 if cu is None else cu[-1]
     inputs = inputs_for(case["seed"], 1, T, 1, 24, 20, dtype=jnp.bfloat16, gates=case["gates"],

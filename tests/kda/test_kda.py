@@ -176,7 +176,7 @@ def test_the_entering_state_reaches_the_gate_gradient_unrounded():
     """The dev profile's find (seed 20440427): one step from a given initial state, strong decay. The backward
     reads each chunk's start state from hs, stored in bfloat16; a sequence's first starts from h0, exact in
     float32, and here dg is mostly the state term exp(b_L) ⊙ rowsum(h ⊙ dH): read rounded, dg erred 6.5e-3
-    against the reference's 2.9e-3 (2.25×). `_precision.entering_state_term` gives the term h0 as given."""
+    against the reference's 2.9e-3 (2.25×). `_bounds.entering_state_term` gives the term h0 as given."""
     inputs = kda_inputs(20440427, 1, 1, 1, 24, 20, dtype=jnp.bfloat16, strength=3.0, key_scale=1.0)
     check_against_oracle(inputs, 20440428, chunk_size=64, definition=True)
 

@@ -20,8 +20,7 @@ import jax.numpy as jnp
 import triton
 
 from .. import _checks
-from .._bounds import keep_inside, packed_bounds, slot_table, stand_ins
-from .._precision import entering_state_term, first_chunk_rows
+from .._bounds import entering_state_term, first_chunk_rows, keep_inside, packed_bounds, slot_table, stand_ins
 from .._sharding import SEQUENCE_HINT, linear_dims, linear_out_dims, per_device, summed_grads, vary_like
 from ..launch import sm_count, triton_call
 from . import fixup_kernels, kernels
@@ -272,7 +271,7 @@ def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):
     """Gradients of (q, k, v, a, h0); da in a's dtype (float32 without a gate), stored so by the dqkg kernel's
     rounding store, not by a conversion after it — except with an initial state and a 16-bit gate: then da
     leaves the kernel in float32, takes h0 unrounded in its state term at each sequence's first chunk
-    (`_precision.entering_state_term`) and is rounded after. residuals: the forward's (hs, A), or None to form
+    (`_bounds.entering_state_term`) and is rounded after. residuals: the forward's (hs, A), or None to form
     them again (`Tuning(residuals="recompute")`)."""
     TT, H, _ = q.shape
     K, V, BK = _dims(q, v)

@@ -22,8 +22,7 @@ import jax.numpy as jnp
 import triton
 
 from .. import _checks
-from .._bounds import keep_inside, packed_bounds, slot_table, stand_ins
-from .._precision import entering_state_term, first_chunk_rows
+from .._bounds import entering_state_term, first_chunk_rows, keep_inside, packed_bounds, slot_table, stand_ins
 from .._sharding import SEQUENCE_HINT, linear_dims, linear_out_dims, per_device, summed_grads, vary_like
 from ..launch import sm_count, triton_call
 from .. import tl_chunked
@@ -419,7 +418,7 @@ def _recomputed(q, k, v, g, beta, h0, cu, A, Aqk, starts, static: _Static):
 def _backward(q, k, v, beta, h0, cu, residuals, do, dht, static: _Static, dg_dtype=jnp.float32):
     """Gradients of (q, k, v, g, beta, h0): dg in `dg_dtype` (g's) and dβ in β's, rounded by the last kernel's
     stores (float32 inside every kernel before them), not by conversions after it. Given an initial state, dg's
-    state term at each sequence's first chunk takes h0 unrounded (`_precision.entering_state_term`)."""
+    state term at each sequence's first chunk takes h0 unrounded (`_bounds.entering_state_term`)."""
     b, A, Aqk, w, hs, delta = residuals
     TT, H, _ = q.shape
     K, V, _ = _dims(q, v)
