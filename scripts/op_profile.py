@@ -10,6 +10,9 @@ each variant ('default' is the Triton path as shipped, the others are the op's b
 `--iters` samples of `--reps` back-to-back calls), then `--reps` calls under `jax.profiler.trace`; the
 trace's device events are summed per kernel name and divided by `--reps`: milliseconds and launches per
 call, and their sum (device busy time; the difference to the timing is launch gaps and host time).
+`--copies N` profiles instead what `workbench bench --timer copies` times: one program of N copies of the pass,
+each on its own copy of the arguments (`PeerCalls.copies`), timed and traced as one call, divided by N; it adds
+the span of the device's events (first start to last end) per copy, and the gaps between consecutive events.
 `--peers` adds the op's installed peers that run under JAX (cuDNN attention; torch peers are not traced).
 """
 
@@ -17,9 +20,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import glob
-import gzip
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -34,21 +34,6 @@ from workbench import bench, testing  # noqa: E402
 from workbench.bench.spec import parse_shape  # noqa: E402
 
 
-def device_kernels(trace_dir: str) -> dict[str, list[float]]:
-    """Kernel name → durations (ms) of the GPU events in the perfetto trace written under `trace_dir`."""
-    (path,) = glob.glob(f"{trace_dir}/**/perfetto_trace.json.gz", recursive=True)
-    with gzip.open(path) as f:
-        trace = json.load(f)
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    gpu_pids = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
-                and "/device:GPU" in str(e.get("args", {}).get("name", ""))}
-    out = collections.defaultdict(list)
-    for e in events:
-        if e.get("ph") == "X" and e.get("pid") in gpu_pids and "dur" in e:
-            out[e["name"]].append(e["dur"] / 1e3)
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--op", required=True, choices=sorted(bench.OPS))
@@ -60,6 +45,7 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--dtype", default=None, help="default: the op's bench dtype")
     parser.add_argument("--top", type=int, default=12, help="kernels listed per run")
+    parser.add_argument("--copies", type=int, default=0, help="profile the bench's program of N copies instead")
     args = parser.parse_args()
 
     op = bench.OPS[args.op]
@@ -87,19 +73,39 @@ def main() -> None:
     for label, make in runs:
         calls = make()
         for pass_ in args.passes.split(","):
-            fn = getattr(calls, pass_)
-            stats, _ = bench.time_ms(fn, calls.block, args.iters, reps=args.reps)
+            fn, per, reps = getattr(calls, pass_), 1, args.reps
+            if args.copies:
+                if calls.copies is None:
+                    print(f"\n{label} {pass_}: not one JAX program (no copies)")
+                    continue
+                fn, per = calls.copies(pass_, args.copies)
+                reps = 1
+            stats, _ = bench.time_ms(fn, calls.block, args.iters, reps=reps)
             with tempfile.TemporaryDirectory() as tmp:
                 jax.profiler.start_trace(tmp, create_perfetto_trace=True)
-                for _ in range(args.reps):
+                for _ in range(reps):
                     out = fn()
                 calls.block(out)
                 jax.profiler.stop_trace()
-                kernels = device_kernels(tmp)
-            per_call = sorted(((sum(d) / args.reps, len(d) / args.reps, n) for n, d in kernels.items()), reverse=True)
+                events = bench.device_events(tmp)
+            kernels = collections.defaultdict(list)
+            for _, dur, name in events:
+                kernels[name].append(dur)
+            calls_traced = reps * per
+            per_call = sorted(((sum(d) / calls_traced, len(d) / calls_traced, n) for n, d in kernels.items()),
+                              reverse=True)
             busy = sum(ms for ms, _, _ in per_call)
-            print(f"\n{label} {pass_}: {stats['median']:.3f} ms per call (bench timing), device busy {busy:.3f} ms",
+            timing = stats["median"] / per
+            print(f"\n{label} {pass_}: {timing:.3f} ms per call (bench timing"
+                  + (f", {per} copies in one program" if args.copies else "") + f"), device busy {busy:.3f} ms",
                   flush=True)
+            if args.copies and events:
+                span = max(t + d for t, d, _ in events) - events[0][0]
+                gaps = sorted(((b[0] - (a[0] + a[1]), a[2], b[2]) for a, b in zip(events, events[1:])), reverse=True)
+                print(f"  span of the device's events {span / per:.3f} ms per copy; gaps between events "
+                      f"{sum(g for g, _, _ in gaps if g > 0) / per:.3f} ms per copy; largest:")
+                for g, a, b in gaps[:5]:
+                    print(f"    {g:8.3f} ms  after {a[:50]} before {b[:50]}")
             for ms, count, name in per_call[:args.top]:
                 print(f"  {ms:8.3f} ms  {count:4.1f}×  {name[:110]}")
             if len(per_call) > args.top:

@@ -367,7 +367,7 @@ def test_timer_copies_runs_every_row_as_copies_and_checks_them(tmp_path, monkeyp
     assert {(r["implementation"], r["pass"], r["timer"], r["copies"], r["status"]) for r in record["results"]} == {
         (impl, p, "copies", 2, "ok") for impl in ("triton", "reference") for p in ("forward", "forward_backward")}
     assert sorted(made) == sorted([("forward", 2), ("forward_backward", 2)] * 2)
-    with pytest.raises(ValueError, match="--timer: expected calls or copies, got 'host'"):
+    with pytest.raises(ValueError, match="--timer: expected calls or copies or device, got 'host'"):
         bench.run("recurrent", "tiny", iters=1, timer="host")
 
 
@@ -770,7 +770,7 @@ def test_paired_rounds_ratio_the_kernel_to_the_best_peer_of_the_same_run(tmp_pat
 @pytest.mark.parametrize("options", [dict(timer="calls", paired=3), dict(timer="copies", paired=-1),
                                      dict(timer="copies", paired=2, implementations=["reference"])])
 def test_paired_needs_copies_rounds_and_the_kernel(options):
-    with pytest.raises(ValueError, match=r"paired: a number of rounds ≥ 1 with timer='copies'"):
+    with pytest.raises(ValueError, match=r"paired: a number of rounds ≥ 1 with timer 'copies' or 'device'"):
         bench.run("recurrent", "tiny", iters=1, **options)
 
 

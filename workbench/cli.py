@@ -91,10 +91,12 @@ def _bench_parser(subparsers) -> None:
                    help="calls (default): a sample is R calls of a pass's jitted program; copies: R calls of one "
                         "program that runs the pass n times (n from its time: up to 2 ms of work), per copy: the "
                         "device's time for programs too short to hide the host's dispatch (torch peers are "
-                        "timed by calls either way; the record says which row was timed how)")
+                        "timed by calls either way; the record says which row was timed how); device: that "
+                        "program timed by the GPU itself, the span of its kernels in a profiler trace per copy, "
+                        "without the host's cost of calling it (GPU only)")
     p.add_argument("--paired", type=int, default=0, metavar="N",
-                   help="with --timer copies: after each shape, N rounds of the kernel and the best peer timed one "
-                        "after the other (the order reversed every round); the kernel's rows record the median "
+                   help="with --timer copies or device: after each shape, N rounds of the kernel and the best peer "
+                        "timed one after the other (the order reversed every round); the kernel's rows record the median "
                         "of the rounds' ratios (`paired`), free of the drift between two medians taken apart")
     p.add_argument("--against", action="append", default=[], metavar="DIR",
                    help="another checkout of workbench (the folder holding its workbench package), loaded into this "

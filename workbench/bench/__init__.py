@@ -43,10 +43,10 @@ from .records import DEFAULT_OUT, Refused, claim_stamp, release_stamp, stamp_now
 from .spec import OpBench, Peer, PeerCalls
 from .specs import OPS
 from .table import first_call_table, table
-from .timing import TIMERS, WARMUP, jax_calls, time_copies_ms, time_ms
+from .timing import TIMERS, WARMUP, device_events, jax_calls, time_copies_ms, time_device_ms, time_ms
 
 __all__ = ["DEFAULT_OUT", "FIRST_CALL_GOAL", "FIRST_CALL_OUT", "IMPLEMENTATIONS", "OPS", "PEAK_BYTES_PER_S", "WARMUP",
            "WRONG_RMS_REL", "OpBench", "Peer", "PeerCalls", "Refused", "TIMERS", "chosen_variants", "claim_stamp",
-           "device_info", "first_call", "first_call_child", "first_call_table", "git_state", "jax_calls",
-           "output_errors", "release_stamp", "run", "stamp_now", "table", "time_copies_ms", "time_ms", "versions",
-           "write", "write_partial"]
+           "device_events", "device_info", "first_call", "first_call_child", "first_call_table", "git_state",
+           "jax_calls", "output_errors", "release_stamp", "run", "stamp_now", "table", "time_copies_ms",
+           "time_device_ms", "time_ms", "versions", "write", "write_partial"]

@@ -11,7 +11,8 @@ For every shape the harness times
 
 in that order, so a run cut short keeps the figures that matter most. Each (shape, implementation, pass)
 gets the median, min and p90 of `iters` timed samples after the warm-up calls (`timing.py`; with
-`--timer copies`, of a program that runs the pass n times, per copy), an achieved
+`--timer copies`, of a program that runs the pass n times, per copy; with `--timer device`, the same program
+timed by the span of its kernels in a profiler trace), an achieved
 bandwidth from an estimate of the bytes read and written once, its fraction of the device's peak when
 known, the ratio to the best peer measured in the same run, and its error against the reference's output
 on the same inputs (max |Δ| and RMS relative, per output and gradient). An implementation whose
@@ -49,7 +50,8 @@ from .peers import import_peer
 from .records import Refused
 from .spec import OpBench, Peer, PeerCalls
 from .specs import OPS
-from .timing import TIMERS, WARMUP, jax_calls, paired_samples, say, time_copies_ms, time_ms
+from .timing import (TIMERS, WARMUP, jax_calls, paired_device_samples, paired_samples, say, time_copies_ms,
+                     time_device_ms, time_ms)
 
 IMPLEMENTATIONS = ("triton", "reference")
 WRONG_RMS_REL = {"bfloat16": 5e-2, "float16": 2e-2, "float32": 1e-3}
@@ -71,12 +73,14 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
       all unless timed: at large shapes its XLA compile can take minutes).
     timer: "calls" (each sample `reps` calls back to back) or "copies" (each sample `reps` calls of one
       program that runs the pass n times, divided by n: the device's time where a call is too
-      short to hide the host's dispatch; `timing.time_copies_ms`). A contender that is not one JAX
-      program (a torch peer) is timed by calls in both; every row records its timer and n ("copies"), and
-      its ratio is to the best peer timed the same way.
-    paired: with timer "copies", after a shape's contenders, this many rounds that each time the kernel and the
-      best peer (by median, among the peers timed as copies) once, one after the other, in an order that reverses
-      every round (`timing.paired_samples`); the kernel's row gets `paired`: the peer, the rounds, each one's
+      short to hide the host's dispatch; `timing.time_copies_ms`) or "device" (that program, each sample the
+      span from its first kernel's start to its last kernel's end in a profiler trace, divided by n: without
+      the host's cost of calling a program of n copies' buffers; GPU only; `timing.time_device_ms`). A
+      contender that is not one JAX program (a torch peer) is timed by calls in all three; every row records
+      its timer and n ("copies"), and its ratio is to the best peer timed the same way.
+    paired: with timer "copies" or "device", after a shape's contenders, this many rounds that each time the kernel
+      and the best peer (by median, among the peers timed as copies) once, one after the other, in an order that
+      reverses every round (`timing.paired_samples`, `timing.paired_device_samples`); the kernel's row gets `paired`: the peer, the rounds, each one's
       median, and the median, min and max of the rounds' ratios. A ratio of two medians taken minutes apart
       carries the device's drift between them (a warm GPU slows); the paired ratio does not.
     settle: seconds each timed program runs back to back before its samples (and the paired rounds before theirs;
@@ -93,8 +97,8 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
     _check_options(op_name, op, shape_set, implementations, iters, reps, errors_from, timer)
     if not settle >= 0:
         raise ValueError(f"settle: seconds ≥ 0, got {settle!r}")
-    if paired and (timer != "copies" or paired < 1 or "triton" not in implementations):
-        raise ValueError(f"paired: a number of rounds ≥ 1 with timer='copies' and 'triton' among the "
+    if paired and (timer not in ("copies", "device") or paired < 1 or "triton" not in implementations):
+        raise ValueError(f"paired: a number of rounds ≥ 1 with timer 'copies' or 'device' and 'triton' among the "
                          f"implementations; got paired={paired!r}, timer={timer!r}, "
                          f"implementations={list(implementations)}")
     bench = _Run(op_name, op, shape_set, shapes, tokens, iters, reps, implementations, errors_from, command, timer,
@@ -303,7 +307,7 @@ class _Run:
         for pass_, ms, n, nbytes, nflops in (("forward", fwd_ms, fwd_n, fwd_bytes, flops[0]),
                                              ("forward_backward", fb_ms, fb_n, fwd_bwd_bytes, flops[1])):
             self.shape_rows.append({"shape": dict(shape), "implementation": name, "kind": kind, "pass": pass_,
-                                    "ms": ms, "timer": "calls" if n is None else "copies", "copies": n,
+                                    "ms": ms, "timer": "calls" if n is None else self.timer, "copies": n,
                                     "bytes": nbytes, "flops": nflops, "_got": got[pass_]})
             if pass_ == "forward_backward" and kept is not None:  # what the forward keeps for the backward
                 self.shape_rows[-1].update(residual_bytes=kept[0], residual_ratio=kept[0] / kept[1])
@@ -317,6 +321,9 @@ class _Run:
         if self.timer == "copies" and calls.copies is not None:
             return time_copies_ms(lambda n: calls.copies(pass_, n), plain, calls.block, self.iters, self.warmup,
                                    self.reps, self.settle)
+        if self.timer == "device" and calls.copies is not None:
+            return time_device_ms(lambda n: calls.copies(pass_, n), plain, calls.block, self.iters, self.warmup,
+                                  self.settle)
         return (*time_ms(plain, calls.block, self.iters, self.warmup, self.reps, self.settle), None)
 
     def pair_shape(self, shape) -> None:
@@ -331,7 +338,8 @@ class _Run:
             peer = min(peers, key=lambda r: r["ms"]["median"])["implementation"]
             calls, copies = self.copies_of[peer]
             programs = [kernel[0].copies(pass_, kernel[1][pass_]), calls.copies(pass_, copies[pass_])]
-            ours, theirs = paired_samples(programs, calls.block, self.paired, self.settle)
+            pair = paired_device_samples if self.timer == "device" else paired_samples
+            ours, theirs = pair(programs, calls.block, self.paired, self.settle)
             ratios = sorted(a / b for a, b in zip(ours, theirs))
             row = next(r for r in self.shape_rows if r["pass"] == pass_ and r["implementation"] == "triton")
             row["paired"] = {"peer": peer, "rounds": self.paired, "ms": statistics.median(ours),

@@ -82,6 +82,8 @@ def table(record: Mapping[str, Any]) -> str:
                + (f" and {record['settle_s']:g} s of calls" if record.get("settle_s") else "")
                + (", per copy of n in one program (the records' `copies`; torch peers by calls)"
                   if record.get("timer") == "copies" else "")
+               + (", per copy of n in one program, by the span of its kernels on the device (the records' "
+                  "`copies`; torch peers by calls)" if record.get("timer") == "device" else "")
                + (" — INTERPRETED: timings meaningless" if record["interpreted"] else ""))
     return "\n".join(out)
 

@@ -1,12 +1,17 @@
 """Timing one call on the device: warm-up, samples of back-to-back calls, median/min/p90, or of n copies of
-it in one program (`--timer copies`); the op's calls as bench times them."""
+it in one program (`--timer copies`), or the device's own span of that program's kernels in a profiler trace
+(`--timer device`); the op's calls as bench times them."""
 
 from __future__ import annotations
 
 import dataclasses
+import glob
+import gzip
+import json
 import math
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -20,7 +25,7 @@ from .spec import OpBench, PeerCalls
 
 
 WARMUP = 2
-TIMERS = ("calls", "copies")
+TIMERS = ("calls", "copies", "device")
 ESTIMATE_ITERS = 3  # samples of the plain call that size `--timer copies`
 COPIES_BYTES = 4 << 30  # at most this much input and output for all copies of a pass in one program
 
@@ -87,6 +92,106 @@ def time_copies_ms(copies: Callable[[int], tuple[Callable[[], Any], int]], plain
             call, n = more, m
             ms, _ = time_ms(call, block, iters, 1, reps, settle_s)
     return {k: v / n for k, v in ms.items()}, out, n
+
+
+def time_device_ms(copies: Callable[[int], tuple[Callable[[], Any], int]], plain: Callable[[], Any],
+                   block: Callable[[Any], Any], iters: int, warmup: int = WARMUP,
+                   settle_s: float = 0.0) -> tuple[dict[str, float], Any, int]:
+    """(median/min/p90 ms per copy, the plain call's last result, n): the program of n copies that
+    `time_copies_ms` times (n sized the same way from the plain call), each of `iters` calls timed by the
+    device itself — the span from its first kernel's start to its last kernel's end in a profiler trace
+    (`device_spans`) — divided by n.
+
+    A wall-clock sample of one call also holds what the host does before the device starts and after it ends
+    (dispatching the program, handling each copy's argument and output buffers, waiting for the device), a cost
+    that grows with n and that a training step, whose arrays are its own program's, does not pay per
+    operation. On an H200 (2026-11-30, `scripts/op_profile.py --copies`, `scripts/copies_latency.py`):
+    chunk_gla's forward+backward at its target, 6 copies, 1.333 ms per copy by the wall clock where the span
+    of the device's events was 1.185 with no gap between them; t(n) ≈ 0.3 ms + n · 1.32 by the wall clock.
+    The span keeps every gap between the calls' kernels (a host too slow to keep the device fed shows there)
+    and leaves out the rest.
+    """
+    estimate, out = time_ms(plain, block, ESTIMATE_ITERS, warmup)
+    call, n = copies(device_time.copies_for(estimate["min"]))
+    block(call())
+    settle(call, block, settle_s)
+    spans = sorted(ms / n for ms in device_spans([call], [0] * iters, block))
+    p90 = spans[min(len(spans) - 1, math.ceil(0.9 * len(spans)) - 1)]
+    return {"median": statistics.median(spans), "min": spans[0], "p90": p90}, out, n
+
+
+def device_events(trace_dir: str) -> list[tuple[float, float, str]]:
+    """(start ms, duration ms, name) of the GPU events of the perfetto trace under `trace_dir`, by start."""
+    paths = glob.glob(f"{trace_dir}/**/perfetto_trace.json.gz", recursive=True)
+    if len(paths) != 1:
+        raise RuntimeError(f"{trace_dir}: expected one perfetto_trace.json.gz from the profiler, found {len(paths)}")
+    with gzip.open(paths[0]) as f:
+        trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    gpu_pids = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+                and "/device:GPU" in str(e.get("args", {}).get("name", ""))}
+    return sorted((e["ts"] / 1e3, e["dur"] / 1e3, e["name"]) for e in events
+                  if e.get("ph") == "X" and e.get("pid") in gpu_pids and "dur" in e)
+
+
+def traced_events(calls: Sequence[Callable[[], Any]], block: Callable[[Any], Any]) -> list[tuple[float, float, str]]:
+    """`device_events` of the calls made one after the other, each waited for, under one profiler trace."""
+    with tempfile.TemporaryDirectory() as tmp:
+        jax.profiler.start_trace(tmp, create_perfetto_trace=True)
+        try:
+            for call in calls:
+                block(call())
+        finally:
+            jax.profiler.stop_trace()
+        return device_events(tmp)
+
+
+def split_calls(events: Sequence[tuple[float, float, str]], order: Sequence[int],
+                names: Sequence[Sequence[str]]) -> list[float]:
+    """ms from the first event's start to the last event's end of each call in a trace of calls made one after
+    the other: call j is of program order[j], whose one call gives the events named names[order[j]], in that
+    order. RuntimeError where the events are not those calls' (a kernel missing, added or out of order)."""
+    spans, at = [], 0
+    for j, i in enumerate(order):
+        group = events[at:at + len(names[i])]
+        if not names[i] or [name for _, _, name in group] != list(names[i]):
+            raise RuntimeError(f"timer 'device': call {j} of program {i} did not leave the events its single "
+                               f"call leaves ({len(names[i])} GPU events expected, the trace's {at}-{at + len(group)}"
+                               f" differ); the trace cannot be split into calls")
+        spans.append(max(t + d for t, d, _ in group) - group[0][0])
+        at += len(group)
+    if at != len(events):
+        raise RuntimeError(f"timer 'device': the trace holds {len(events) - at} GPU events beyond its calls' "
+                           f"{at}; the trace cannot be split into calls")
+    return spans
+
+
+def device_spans(programs: Sequence[Callable[[], Any]], order: Sequence[int],
+                 block: Callable[[Any], Any]) -> list[float]:
+    """The device's ms of each call programs[i], i in `order`, made one after the other under one trace: each
+    program's single traced call first names its events (`split_calls`). RuntimeError without GPU events (a
+    CPU has none: the timer needs a GPU)."""
+    names = [[name for _, _, name in traced_events([program], block)] for program in programs]
+    if not all(names):
+        raise RuntimeError("timer 'device': a call left no GPU events in the profiler trace (it times kernels "
+                           "on a GPU; use --timer calls or copies elsewhere)")
+    return split_calls(traced_events([programs[i] for i in order], block), order, names)
+
+
+def paired_device_samples(programs: Sequence[tuple[Callable[[], Any], int]], block: Callable[[Any], Any],
+                          rounds: int, settle_s: float = 0.0) -> list[list[float]]:
+    """`paired_samples` timed by the device (`device_spans`): the same rounds and order, one trace for all."""
+    for call, _ in programs:
+        block(call())
+    for call, _ in programs:
+        settle(call, block, settle_s / len(programs))
+    order = [i for r in range(rounds)
+             for i in (range(len(programs)) if r % 2 == 0 else reversed(range(len(programs))))]
+    spans = device_spans([call for call, _ in programs], order, block)
+    samples: list[list[float]] = [[] for _ in programs]
+    for i, ms in zip(order, spans):
+        samples[i].append(ms / programs[i][1])
+    return samples
 
 
 def paired_samples(programs: Sequence[tuple[Callable[[], Any], int]], block: Callable[[Any], Any],
