@@ -243,6 +243,48 @@ def test_a_chunk_spanning_exactly_the_direct_range_takes_one_path_in_every_kerne
     check_against_oracle(inputs, 42, chunk_size=64)
 
 
+def test_flagged_slots_per_program_gives_two_programs_per_multiprocessor_within_4_to_32():
+    """132 multiprocessors: the target (B8 T4096, 64-row chunks: 4096/64·8 + 8 + 1 = 521 slots, 16 heads) takes
+    16 slots a program (33 · 16 = 528 programs, two per multiprocessor); B1 T64k (1026 slots) the most, 32;
+    B1 T4k (66 slots) the least, 4; 2·132·8 slots exactly, 8."""
+    from workbench.chunk_gla import flagged_slots_per_program
+
+    assert [flagged_slots_per_program(ns, h) for ns, h in ((521, 16), (1026, 16), (66, 16), (2 * 132 * 8, 1),
+                                                          (2 * 132 * 8 - 1, 1))] == [16, 32, 4, 8, 4]
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32], ids=["b-local", "b-rows"])
+def test_flagged_chunk_kernels_give_the_same_results_at_any_slots_per_program(dtype, monkeypatch):
+    """`chunk_a_kernel` and `chunk_dqk_intra_kernel` work on the chunks that are not direct in programs of
+    `flagged_slots_per_program` slots (4 with many multiprocessors, 32 with one): the outputs and every gradient
+    equal bit for bit. Packed sequences with an empty one; gates of strength 0.85 in 16-row chunks span about
+    DIRECT_RANGE, so about half the chunks are marked, and the last program's slots run past the table."""
+    import importlib
+
+    from workbench.chunk_gla.kernels import DIRECT_RANGE as DIRECT
+
+    gla = importlib.import_module("workbench.chunk_gla")  # the module (workbench.chunk_gla is also the op)
+    cu = jnp.asarray([0, 3, 3, 130, 250, 544], jnp.int32)
+    inputs = {**inputs_for(7, 1, 544, 2, 16, 16, dtype=dtype, gates=("gk",), strength=0.85, n_seqs=5),
+              "cu_seqlens": cu}
+    cts = cotangents(8, inputs, 5)
+    b = np.cumsum(np.asarray(inputs["gk"], np.float64)[0], axis=0)  # [T, H, K]; chunks lie within sequences
+    marked = {}  # chunk slot (sequence n's chunk c: ⌊cu_n / 16⌋ + n + c) → marked per head
+    for n, (lo, e) in enumerate(zip(np.asarray(cu[:-1]).tolist(), np.asarray(cu[1:]).tolist())):
+        for c, s in enumerate(range(lo, e, 16)):
+            marked[lo // 16 + n + c] = np.max(b[s] - b[min(s + 15, e - 1)], axis=-1) > DIRECT
+    assert 0.25 < np.mean(list(marked.values())) < 0.75  # marked chunks and direct ones alike
+    assert all(any(m[h] for slot, m in marked.items() if slot >= 32) for h in range(2))  # in 32 slots' second program
+    NS = 544 // 16 + 5 + 1
+    results = {}
+    for sms in (132, 1):
+        monkeypatch.setattr(gla, "sm_count", lambda sms=sms: sms)
+        assert gla.flagged_slots_per_program(NS, 2) == (4 if sms == 132 else 32)
+        results[sms] = _outputs_and_grads(inputs, cts, chunk_size=16)  # traced anew: not jitted
+    for name in results[1]:
+        assert np.array_equal(np.asarray(results[1][name]), np.asarray(results[132][name])), name
+
+
 @pytest.mark.parametrize("local", [False, True], ids=["b-rows", "b-local"])
 def test_a_is_formed_for_chunks_within_the_margin_of_the_direct_range(local):
     """(gla.12, "Where b is formed" in NOTES.md) `chunk_a_kernel` forms A for every chunk the backward (or the o

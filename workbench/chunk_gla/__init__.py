@@ -223,7 +223,20 @@ def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: b
     return final, states, b
 
 
-CB = 4  # chunk slots per program of the kernels that work only on chunks that are not direct (gla.12)
+def flagged_slots_per_program(NS: int, H: int) -> int:
+    """Chunk slots per program of the kernels that work only on chunks that are not direct (gla.12),
+    `chunk_a_kernel` and `chunk_dqk_intra_kernel`: a power of two from 4 to 32, the largest that still gives
+    two programs per multiprocessor. Each program reads its slots' flags in one load and returns where none is
+    set (with the usual gates, every program): their registers, held for the marked chunks' sub-chunk work,
+    fit two programs per multiprocessor, so four slots a program (the target: 2,112 programs) took eight
+    waves of that load and return (NOTES.md, "The flagged chunks"). Fewer slots at small shapes keep every
+    multiprocessor busy where every chunk is marked (strong gates), the marked chunks of a program being
+    worked through one after the other."""
+    per = NS * H / (2 * sm_count())
+    cb = 4
+    while cb < 32 and 2 * cb <= per:
+        cb *= 2
+    return cb
 
 
 def _a(q, k, a, b, bounds, static: _Static):
@@ -235,6 +248,7 @@ def _a(q, k, a, b, bounds, static: _Static):
     BT = static.chunk_size
     NS = bounds.shape[0]
     local = _b_local(a)
+    CB = flagged_slots_per_program(NS, H)
     A, _ = triton_call(
         q, k, a, b, bounds, kernel=kernels.chunk_a_kernel,
         out_shape=[jax.ShapeDtypeStruct((TT, H, BT), q.dtype),
@@ -296,6 +310,7 @@ def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):
         out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype), grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H),
         tune_inputs=tune, name="workbench_chunk_gla_dv", scale=static.scale, BK=BK, **common)
     BV = max(16, triton.next_power_of_2(V))
+    CB = flagged_slots_per_program(NS, H)
     dq_s, dk_s, _ = triton_call(
         q, k, v, do, a, b, bounds, kernel=kernels.chunk_dqk_intra_kernel,
         out_shape=[jax.ShapeDtypeStruct((TT, H, K), f32)] * 2  # the third: scratch, written, not read
