@@ -228,7 +228,7 @@ def flagged_slots_per_program(NS: int, H: int) -> int:
     `chunk_a_kernel` and `chunk_dqk_intra_kernel`: a power of two from 4 to 32, the largest that still gives
     two programs per multiprocessor. Each program reads its slots' flags in one load and returns where none is
     set (with the usual gates, every program): their registers, held for the marked chunks' sub-chunk work,
-    fit two programs per multiprocessor, so four slots a program (the target: 2,112 programs) took eight
+    fit two programs per multiprocessor, so four slots a program (the target: 2,096 programs) took eight
     waves of that load and return (NOTES.md, "The flagged chunks"). Fewer slots at small shapes keep every
     multiprocessor busy where every chunk is marked (strong gates), the marked chunks of a program being
     worked through one after the other."""
