@@ -76,7 +76,7 @@ def inputs(B, T, H, K, V):
     return pack(x["k"]), pack(x["v"]), pack(x["gk"]), cu
 
 
-def sweep(kernel, x, y, a, cu, B, T, H, K, V, BK, BV, w, s):
+def sweep(kernel, x, y, a, cu, B, T, H, K, V, BK, BV, w, s, candidate=None):
     TT = B * T
     NS = TT // BT + B
     f32 = jnp.float32
@@ -88,15 +88,17 @@ def sweep(kernel, x, y, a, cu, B, T, H, K, V, BK, BV, w, s):
     if kernel == "shipped":
         return workbench.triton_call(x, y, a, h0, cu, kernel=gla.chunk_h_kernel.fn.fn, out_shape=out, grid=grid,
                                      B_LOCAL=True, USE_GK=True, **common)
-    return workbench.triton_call(x, y, a, h0, cu, kernel=chunk_h_pipelined_kernel, out_shape=out, grid=grid,
-                                 **common)
+    return workbench.triton_call(x, y, a, h0, cu, kernel=candidate or chunk_h_pipelined_kernel, out_shape=out,
+                                 grid=grid, **common)
 
 
 CONFIGS = [(32, 64, 4, 1), (32, 64, 4, 2), (16, 64, 4, 3), (64, 32, 4, 2), (64, 64, 8, 2), (32, 32, 4, 2),
            (16, 32, 4, 2), (16, 64, 2, 2)]
 
 
-def main():
+def main(name="pipelined", candidate=None):
+    """Each config, the shipped kernel against `candidate` (with the signature of `chunk_h_pipelined_kernel`, the
+    default), named `name` in the rows (probe_prefetch.py passes its own)."""
     print(json.dumps({"triton": triton.__version__, "jax": jax.__version__, "device": jax.devices()[0].device_kind}),
           flush=True)
     H, K, V = 16, 64, 64
@@ -105,9 +107,10 @@ def main():
         for BK, BV, w, s in CONFIGS:
             row = dict(B=B, T=T, BK=BK, BV=BV, warps=w, stages=s)
             outs = {}
-            for kernel in ("shipped", "pipelined"):
+            for kernel in ("shipped", name):
                 try:
-                    f = lambda k, v, a, cu, kernel=kernel: sweep(kernel, k, v, a, cu, B, T, H, K, V, BK, BV, w, s)
+                    f = lambda k, v, a, cu, kernel=kernel: sweep(kernel, k, v, a, cu, B, T, H, K, V, BK, BV, w, s,
+                                                                 candidate)
                     outs[kernel] = jax.jit(f)(k, v, a, cu)
                     copies = [jax.tree.map(jnp.copy, (k, v, a, cu)) for _ in range(8)]
                     prog = jax.jit(lambda c, f=f: [f(*x) for x in c])
@@ -118,7 +121,7 @@ def main():
                 except Exception as e:  # noqa: BLE001
                     row[kernel + "_error"] = f"{type(e).__name__}: {str(e)[:300]}"
             if len(outs) == 2:
-                row["equal"] = [bool(jnp.array_equal(p, q)) for p, q in zip(outs["shipped"], outs["pipelined"])]
+                row["equal"] = [bool(jnp.array_equal(p, q)) for p, q in zip(outs["shipped"], outs[name])]
             print(json.dumps(row), flush=True)
 
 

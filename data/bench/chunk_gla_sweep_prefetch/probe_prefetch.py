@@ -9,22 +9,17 @@ b_L and the final state must equal the shipped kernel's bit for bit (the slots n
 written, uninitialised in both). Timed alone against `chunk_h_kernel` at each config, B8 T4096 H16 K = V = 64 bf16
 (states stored in bf16, b_L by slot: the forward alone), and B1 T16384. Median ms of 10 samples of one program of
 8 copies, per copy, timed by the device (`timing.device_spans`)."""
-import json
 import sys
+from pathlib import Path
 
 import workbench  # first
-import jax
-import jax.numpy as jnp
 import triton
 import triton.language as tl
 
-from workbench import bench, testing
-from workbench.bench import timing
 from workbench.chunk_gla import kernels as gla
 from workbench.tl_chunked import sequence_rows
 from workbench.tl_helpers import exp_e
 
-BT = 64
 
 
 @triton.jit
@@ -60,60 +55,9 @@ def chunk_h_prefetch2_kernel(k, v, gk, h0, cu_seqlens, ht, hs, b, H: tl.constexp
     tl.store(ht + i_nh * K * V + p_state, b_h, mask=m_h)
 
 
-def inputs(B, T, H, K, V):
-    x = testing.recurrent_inputs(0, B, T, H, K, V, dtype=jnp.bfloat16, gates=("gk",), strength=0.1,
-                                 initial_state=False)
-    TT = B * T
-    pack = lambda a: a.reshape(TT, *a.shape[2:])  # noqa: E731
-    cu = jnp.arange(B + 1, dtype=jnp.int32) * T
-    return pack(x["k"]), pack(x["v"]), pack(x["gk"]), cu
-
-
-def sweep(kernel, x, y, a, cu, B, T, H, K, V, BK, BV, w, s):
-    TT = B * T
-    NS = TT // BT + B
-    f32 = jnp.float32
-    grid = (triton.cdiv(V, BV), B * H, triton.cdiv(K, BK))
-    h0 = jnp.zeros((B, H, K, V), f32)
-    out = [jax.ShapeDtypeStruct((B, H, K, V), f32), jax.ShapeDtypeStruct((NS, H, K, V), jnp.bfloat16),
-           jax.ShapeDtypeStruct((NS, H, K), f32)]
-    common = dict(H=H, K=K, V=V, BT=BT, BK=BK, BV=BV, F32_DOT="tf32", num_warps=w, num_stages=s)
-    if kernel == "shipped":
-        return workbench.triton_call(x, y, a, h0, cu, kernel=gla.chunk_h_kernel.fn.fn, out_shape=out, grid=grid,
-                                     B_LOCAL=True, USE_GK=True, **common)
-    return workbench.triton_call(x, y, a, h0, cu, kernel=chunk_h_prefetch2_kernel, out_shape=out, grid=grid,
-                                 **common)
-
-
-CONFIGS = [(32, 64, 4, 1), (32, 64, 4, 2), (16, 64, 4, 3), (64, 32, 4, 2), (64, 64, 8, 2), (32, 32, 4, 2),
-           (16, 32, 4, 2), (16, 64, 2, 2)]
-
-
-def main():
-    print(json.dumps({"triton": triton.__version__, "jax": jax.__version__, "device": jax.devices()[0].device_kind}),
-          flush=True)
-    H, K, V = 16, 64, 64
-    for B, T in ((8, 4096), (1, 16384)):
-        k, v, a, cu = inputs(B, T, H, K, V)
-        for BK, BV, w, s in CONFIGS:
-            row = dict(B=B, T=T, BK=BK, BV=BV, warps=w, stages=s)
-            outs = {}
-            for kernel in ("shipped", "prefetch2"):
-                try:
-                    f = lambda k, v, a, cu, kernel=kernel: sweep(kernel, k, v, a, cu, B, T, H, K, V, BK, BV, w, s)
-                    outs[kernel] = jax.jit(f)(k, v, a, cu)
-                    copies = [jax.tree.map(jnp.copy, (k, v, a, cu)) for _ in range(8)]
-                    prog = jax.jit(lambda c, f=f: [f(*x) for x in c])
-                    call = lambda prog=prog, copies=copies: prog(copies)  # noqa: E731
-                    jax.block_until_ready(call())
-                    spans = timing.device_spans([call], [0] * 10, jax.block_until_ready)
-                    row[kernel] = round(sorted(spans)[len(spans) // 2] / 8, 4)
-                except Exception as e:  # noqa: BLE001
-                    row[kernel + "_error"] = f"{type(e).__name__}: {str(e)[:300]}"
-            if len(outs) == 2:
-                row["equal"] = [bool(jnp.array_equal(p, q)) for p, q in zip(outs["shipped"], outs["prefetch2"])]
-            print(json.dumps(row), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    # the harness of the pipelined probe (shared since; identical to this probe's own copy when it ran)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chunk_gla_sweep_pipelined"))
+    import probe_pipelined
+
+    probe_pipelined.main("prefetch2", chunk_h_prefetch2_kernel)
