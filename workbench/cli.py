@@ -96,8 +96,8 @@ def _bench_parser(subparsers) -> None:
                         "without the host's cost of calling it (GPU only)")
     p.add_argument("--paired", type=int, default=0, metavar="N",
                    help="with --timer copies or device: after each shape, N rounds of the kernel and the best peer "
-                        "timed one after the other (the order reversed every round); the kernel's rows record the median "
-                        "of the rounds' ratios (`paired`), free of the drift between two medians taken apart")
+                        "timed one after the other (the order reversed every round); the kernel's rows record the "
+                        "median of the rounds' ratios (`paired`), free of the drift between two medians taken apart")
     p.add_argument("--against", action="append", default=[], metavar="DIR",
                    help="another checkout of workbench (the folder holding its workbench package), loaded into this "
                         "process and timed as the peer workbench@<folder name> on the same inputs; with --paired the "
