@@ -81,8 +81,9 @@ def run(op_name: str = "recurrent", shape_set: str = "target", *, iters: int = 2
     paired: with timer "copies" or "device", after a shape's contenders, this many rounds that each time the kernel
       and the best peer (by median, among the peers timed as copies) once, one after the other, in an order that
       reverses every round (`timing.paired_samples`, `timing.paired_device_samples`); the kernel's row gets
-      `paired`: the peer, the rounds, each one's median, and the median, min and max of the rounds' ratios. A ratio of two medians taken minutes apart
-      carries the device's drift between them (a warm GPU slows); the paired ratio does not.
+      `paired`: the peer, the rounds, each one's median, and the median, min and max of the rounds' ratios. A
+      ratio of two medians taken minutes apart carries the device's drift between them (a warm GPU slows); the
+      paired ratio does not.
     settle: seconds each timed program runs back to back before its samples (and the paired rounds before theirs;
       `timing.settle`): a GPU at its power limit samples at the clocks sustained work holds (recorded as
       `settle_s`).
