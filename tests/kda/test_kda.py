@@ -394,8 +394,8 @@ def test_recomputed_residuals_sweep_each_segment_again_from_its_kept_entering_st
 
 def test_recomputed_residuals_keep_at_most_one_and_a_half_times_the_inputs_and_outputs():
     """What the forward keeps for the backward (traced abstractly: nothing runs) at issue 48's long shape, B1
-    T64k H16 K = V = 128 bf16, over the bytes of the inputs and outputs: 2.3× by default (b, A, Aqk, w, the
-    chunk states in bf16, δ), at most 1.5× with `residuals="recompute"` (q, k, v, g, β, A, Aqk)."""
+    T64k H16 K = V = 128 bf16, over the bytes of the inputs and outputs: 1.9× by default (A, Aqk, w, the chunk
+    states in bf16, δ; b formed again), at most 1.5× with `residuals="recompute"` (q, k, v, g, β, A, Aqk)."""
     from workbench.bench.timing import kept_bytes
 
     x = jax.ShapeDtypeStruct((1, 65536, 16, 128), jnp.bfloat16)
@@ -405,6 +405,21 @@ def test_recomputed_residuals_keep_at_most_one_and_a_half_times_the_inputs_and_o
         kept, io = kept_bytes(lambda p: workbench.chunk_kda(**p, tuning=Tuning(residuals=residuals)), primals)
         ratios[residuals] = kept / io
     assert ratios["recompute"] <= 1.5 < ratios["keep"], ratios
+
+
+def test_the_default_keeps_everything_but_the_gate_sums():
+    """`residuals="keep"` keeps the inputs (and a zero initial state, float32), A (float32) and Aqk ([TT, H, BT]), w and δ ([TT, H, K], [TT, H, V]) and
+    the chunk-start states ([NS, H, K, V]) in bf16, and not b (float32 [TT, H, K]: 512 MiB here), which the backward
+    forms again; counted from the shapes at B1 T64k H16 K = V = 128, chunk 64 (NS = 1024 + 1 + 1 slots)."""
+    from workbench.bench.timing import kept_bytes
+
+    TT, H, K, V, BT, NS = 65536, 16, 128, 128, 64, 65536 // 64 + 2
+    x = jax.ShapeDtypeStruct((1, TT, H, K), jnp.bfloat16)
+    primals = dict(q=x, k=x, v=x, g=x, beta=jax.ShapeDtypeStruct((1, TT, H), jnp.bfloat16))
+    kept, _ = kept_bytes(lambda p: workbench.chunk_kda(**p), primals)
+    inputs = 4 * TT * H * K * 2 + TT * H * 2 + H * K * V * 4  # q, k, v, g, β, and the (zero) initial state
+    expected = inputs + TT * H * BT * (4 + 2) + TT * H * K * 2 + TT * H * V * 2 + NS * H * K * V * 2
+    assert abs(kept - expected) < 2 ** 10, (kept / 2 ** 20, expected / 2 ** 20)  # and the bounds (8 bytes)
 
 
 def test_bad_residuals_raise():

@@ -68,9 +68,9 @@ class Tuning:
         carried across them, then each swept again from its own; 1 is one sweep per sequence; None
         (default): `state_segments` from the sequences × heads in flight and the GPU's SM count, and one
         sweep for K > 128 (more than 1 there is a ValueError: NOTES.md, "Shared memory at K = 256").
-    residuals: (chunk_kda) what the forward keeps for the backward. "keep": the gate's cumulative sums b, A,
-        Aqk, w, the chunk-start states (in the inputs' dtype) and δ (2.3× the inputs and output at B1 T64k H16
-        K = V = 128 bf16);
+    residuals: (chunk_kda) what the forward keeps for the backward. "keep": A, Aqk, w, the chunk-start states
+        (in the inputs' dtype) and δ, the backward forming the gate's cumulative sums b again (one cumsum
+        kernel; b is float32, twice a 16-bit gate) (1.9× the inputs and output at B1 T64k H16 K = V = 128 bf16);
         "recompute": A and Aqk only (the intra-chunk solve, the forward's costliest part) and, with the
         two-level pass, each segment's entering state, the backward forming b, w and u again (the cumsum and WY
         kernels) and sweeping each segment's states and δ again from its entering state (1.1×; NOTES.md,
@@ -487,6 +487,8 @@ def _chunk_kda_packed_fwd(q, k, v, g, beta, h0, cu, static: _Static):
     if recompute:  # A, Aqk and the segments' entering states (float32 [N · NSEG, H, K, V]: a few MiB)
         _, A, Aqk, *_ = residuals
         residuals = (A, Aqk, starts)
+    else:  # all but b (float32 [TT, H, K], twice a 16-bit input), which the backward forms again (one cumsum)
+        residuals = residuals[1:]
     return (o, ht), (q, k, v, g, beta, h0, cu, residuals)
 
 
@@ -495,6 +497,10 @@ def _chunk_kda_packed_bwd(static: _Static, residuals, cotangents):
     do, dht = cotangents
     if static.tuning.residuals == "recompute" and static.tuning.backward != "reference":
         saved = _recomputed(q, k, v, g, beta, h0, cu, *saved, static)
+    elif static.tuning.backward != "reference":
+        TT = q.shape[0]
+        bounds = slot_table(cu, TT, static.chunk_size, static.batch)
+        saved = (_cumsum(g, bounds, static, stand_ins(cu.shape[0] - 1, TT, static.chunk_size)), *saved)
     if static.tuning.backward == "reference":
         _, vjp = jax.vjp(lambda *x: _reference_packed(*x, cu, static), q, k, v, g, beta, h0)
         return summed_grads((*vjp((do, dht)), None), (q, k, v, g, beta, h0))
