@@ -118,10 +118,22 @@ def test_without_gpu_events_the_device_timer_says_it_needs_a_gpu():
         timing.time_device_ms(lambda n: ((lambda: f(x)), 1), lambda: f(x), jax.block_until_ready, iters=2)
 
 
+def test_without_a_gpu_the_bench_refuses_the_device_timer_before_any_work(tmp_path, capsys):
+    if timing.device_timer_available():
+        pytest.skip("this machine has a GPU")
+    from workbench import cli
+
+    assert cli.main(["bench", "--op", "recurrent", "--shapes", "tiny", "--iters", "1", "--timer", "device",
+                     "--out", str(tmp_path)]) == 2
+    assert "--timer device times kernels by their events on a GPU" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # no record, no partial record
+
+
 def test_rows_timed_by_the_device_say_so(tmp_path, monkeypatch, capsys):
     """Through the harness: the JAX contenders' rows carry timer 'device' and their copies, the record and the
     table say how they were timed, and the paired rounds take the device's samples."""
     monkeypatch.setitem(sys.modules, "ejkernel", None)  # the JAX peers alone
+    monkeypatch.setattr("workbench.bench.harness.device_timer_available", lambda: True)  # timed by the fakes below
     monkeypatch.setattr("workbench.bench.harness.time_device_ms",
                         lambda copies, plain, block, iters, warmup, settle: ({"median": 1.0, "min": 1.0, "p90": 1.0},
                                                                             plain(), 2))

@@ -50,8 +50,8 @@ from .peers import import_peer
 from .records import Refused
 from .spec import OpBench, Peer, PeerCalls
 from .specs import OPS
-from .timing import (TIMERS, WARMUP, jax_calls, paired_device_samples, paired_samples, say, time_copies_ms,
-                     time_device_ms, time_ms)
+from .timing import (TIMERS, WARMUP, device_timer_available, jax_calls, paired_device_samples, paired_samples,
+                     say, time_copies_ms, time_device_ms, time_ms)
 
 IMPLEMENTATIONS = ("triton", "reference")
 WRONG_RMS_REL = {"bfloat16": 5e-2, "float16": 2e-2, "float32": 1e-3}
@@ -175,6 +175,9 @@ def _check_options(op_name, op: OpBench, shape_set, implementations, iters, reps
         raise ValueError(f"--errors-from: expected reference or peers, got {errors_from!r}")
     if timer not in TIMERS:
         raise ValueError(f"--timer: expected {' or '.join(TIMERS)}, got {timer!r}")
+    if timer == "device" and not device_timer_available():
+        raise Refused("--timer device times kernels by their events on a GPU in a profiler trace, and there is no "
+                      "GPU here; use --timer calls or copies")
     if launch.INTERPRET and shape_set not in op.cpu_shape_sets:
         raise Refused(f"no CUDA GPU: Triton runs in its interpreter here, where shape set {shape_set!r} of "
                       f"{op_name} would take hours and time nothing; use --shapes "

@@ -120,6 +120,12 @@ def time_device_ms(copies: Callable[[int], tuple[Callable[[], Any], int]], plain
     return {"median": statistics.median(spans), "min": spans[0], "p90": p90}, out, n
 
 
+def device_timer_available() -> bool:
+    """Whether `--timer device` can time here: a GPU's kernels leave events in JAX's profiler trace; a CPU's
+    computations leave none."""
+    return any(d.platform == "gpu" for d in jax.devices())
+
+
 def device_events(trace_dir: str) -> list[tuple[float, float, str]]:
     """(start ms, duration ms, name) of the GPU events of the perfetto trace under `trace_dir`, by start."""
     paths = glob.glob(f"{trace_dir}/**/perfetto_trace.json.gz", recursive=True)
