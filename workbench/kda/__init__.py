@@ -415,10 +415,11 @@ def _recomputed(q, k, v, g, beta, h0, cu, A, Aqk, starts, static: _Static):
     return b, A, Aqk, w, hs, delta
 
 
-def _backward(q, k, v, beta, h0, cu, residuals, do, dht, static: _Static, dg_dtype=jnp.float32):
+def _backward(q, k, v, g, beta, h0, cu, residuals, do, dht, static: _Static, dg_dtype=jnp.float32):
     """Gradients of (q, k, v, g, beta, h0): dg in `dg_dtype` (g's) and dβ in β's, rounded by the last kernel's
     stores (float32 inside every kernel before them), not by conversions after it. Given an initial state, dg's
-    state term at each sequence's first chunk takes h0 unrounded (`_bounds.entering_state_term`)."""
+    state term at each sequence's first chunk takes h0 unrounded (`_bounds.entering_state_term`). residuals:
+    `_forward`'s (b, A, Aqk, w, hs, δ), b None where the forward did not keep it (formed here from g)."""
     b, A, Aqk, w, hs, delta = residuals
     TT, H, _ = q.shape
     K, V, _ = _dims(q, v)
@@ -426,6 +427,8 @@ def _backward(q, k, v, beta, h0, cu, residuals, do, dht, static: _Static, dg_dty
     N = cu.shape[0] - 1
     bounds = slot_table(cu, TT, BT, static.batch)  # [NS, 2] int32; a constant for a fixed batch
     tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
+    if b is None:
+        b = _cumsum(g, bounds, static, tune)
     NS = bounds.shape[0]
     f32 = jnp.float32
     rows_k = jax.ShapeDtypeStruct((TT, H, K), f32)
@@ -488,7 +491,7 @@ def _chunk_kda_packed_fwd(q, k, v, g, beta, h0, cu, static: _Static):
         _, A, Aqk, *_ = residuals
         residuals = (A, Aqk, starts)
     else:  # all but b (float32 [TT, H, K], twice a 16-bit input), which the backward forms again (one cumsum)
-        residuals = residuals[1:]
+        residuals = (None, *residuals[1:])
     return (o, ht), (q, k, v, g, beta, h0, cu, residuals)
 
 
@@ -497,14 +500,10 @@ def _chunk_kda_packed_bwd(static: _Static, residuals, cotangents):
     do, dht = cotangents
     if static.tuning.residuals == "recompute" and static.tuning.backward != "reference":
         saved = _recomputed(q, k, v, g, beta, h0, cu, *saved, static)
-    elif static.tuning.backward != "reference":
-        TT = q.shape[0]
-        bounds = slot_table(cu, TT, static.chunk_size, static.batch)
-        saved = (_cumsum(g, bounds, static, stand_ins(cu.shape[0] - 1, TT, static.chunk_size)), *saved)
     if static.tuning.backward == "reference":
         _, vjp = jax.vjp(lambda *x: _reference_packed(*x, cu, static), q, k, v, g, beta, h0)
         return summed_grads((*vjp((do, dht)), None), (q, k, v, g, beta, h0))
-    dq, dk, dv, dg, dbeta, dh0 = _backward(q, k, v, beta, h0, cu, saved, do.astype(v.dtype),
+    dq, dk, dv, dg, dbeta, dh0 = _backward(q, k, v, g, beta, h0, cu, saved, do.astype(v.dtype),
                                            dht.astype(jnp.float32), static, dg_dtype=g.dtype)
     return summed_grads((dq, dk, dv, dg, dbeta, dh0, None), (q, k, v, g, beta, h0))
 
