@@ -113,14 +113,15 @@ def test_compiled_two_level_state_pass_within_budget(dtype):
     _packed_within_budget(inputs, cts, cu, Tuning(segments=4))
 
 
-@pytest.mark.parametrize("segments", [1, 4], ids=["one-sweep", "two-level"])
-def test_compiled_recomputed_residuals_within_budget(segments):
+@pytest.mark.parametrize("residuals,segments", [("recompute", 1), ("recompute", 4), ("keep", 4)])
+def test_compiled_recomputed_residuals_within_budget(residuals, segments):
     """`Tuning(residuals="recompute")` compiled (bf16, K = V = 128, packed sequences with an empty one): the
-    backward's b, w, states and δ formed again, every gradient against the float64 oracle within budget."""
+    backward's b, w, states and δ formed again, every gradient against the float64 oracle within budget; and
+    "keep" (w and δ kept, b formed again; the default, "states", is every other test's)."""
     cu = jnp.array([0, 5, 5, 700, 800, 1024], jnp.int32)
     inputs = kda_inputs(13, 1, 1024, 2, 128, 128, dtype=jnp.bfloat16, n_seqs=5)
     cts = _cotangents(14, 1, 1024, 2, 128, 128, 5, jnp.bfloat16)
-    _packed_within_budget(inputs, cts, cu, Tuning(segments=segments, residuals="recompute"))
+    _packed_within_budget(inputs, cts, cu, Tuning(segments=segments, residuals=residuals))
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])

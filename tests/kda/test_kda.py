@@ -23,7 +23,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from workbench import launch, signature, strategies, testing, tl_chunked
-from workbench._bounds import chunk_bounds
+from workbench._bounds import chunk_bounds, slot_table
 from workbench.kda import Tuning, backward_kernels, forward_kernels, recurrent_kernels, sweep_kernels
 from workbench.kda.inputs import kda_inputs
 from workbench.kda.reference import recurrent_kda_ref
@@ -346,21 +346,47 @@ def test_fused_and_unfused_forward_agree():
 
 
 @pytest.mark.parametrize("segments", [1, 3], ids=["one-sweep", "two-level"])
+def test_the_backward_forms_b_w_and_delta_as_the_forward_did(segments):
+    """`chunk_kda_bwd_prep_kernel` forms b, w and δ from g, k, v, β and the kept A and chunk-start states: each
+    equals the forward's, bit for bit in the interpreter (the same products and roundings: δ from the states
+    as stored, in the inputs' dtype), packed sequences with an empty one and partial chunks, an initial state,
+    both dtypes, one sweep and the two-level pass."""
+    from workbench import kda
+
+    cu = jnp.asarray([0, 21, 21, 40], jnp.int32)
+    for dtype in (jnp.float32, jnp.bfloat16):
+        inputs = kda_inputs(17, 1, 40, 2, 24, 20, dtype=dtype, strength=1.0, n_seqs=3)
+        q, k, v, g, beta = (inputs[n][0] for n in ("q", "k", "v", "g", "beta"))
+        static = kda._Static(scale=0.3, chunk_size=16, tuning=Tuning(segments=segments))
+        _, _, (b, A, _, w, hs, delta), _ = jax.jit(kda._forward, static_argnums=7)(
+            q, k, v, g, beta, inputs["initial_state"], cu, static)
+        bounds = slot_table(cu, 40, 16, None)
+        again = jax.jit(kda._backward_prep, static_argnums=7)(g, k, v, beta, A, hs, bounds, static)
+        for name, got, want in zip(("b", "w", "delta"), again, (b, w, delta)):
+            assert got.dtype == want.dtype, name
+            assert np.array_equal(np.asarray(got.astype(jnp.float32)), np.asarray(want.astype(jnp.float32))), (
+                jnp.dtype(dtype).name, name, float(jnp.max(jnp.abs(got.astype(jnp.float32) - want))))
+
+
+@pytest.mark.parametrize("segments", [1, 3], ids=["one-sweep", "two-level"])
 def test_recomputed_residuals_give_the_same_gradients(segments):
     """`Tuning(residuals="recompute")`: the forward keeps A and Aqk only and the backward forms b, w, the states
-    and δ again (the unfused forward's kernels, which store what the fused one does, bit for bit): every
-    output and gradient equals the default's, packed sequences with an empty one and an initial state, both
+    and δ again (the unfused forward's kernels, which store what the fused one does, bit for bit); the default
+    "states" keeps the states too and forms b, w and δ (`chunk_kda_bwd_prep_kernel`): every output and
+    gradient of both equals those of "keep" (which forms only b again), packed sequences with an empty one and an initial state, both
     dtypes, one sweep and the two-level pass."""
     cu = jnp.asarray([0, 5, 5, 40], jnp.int32)
     for dtype in (jnp.float32, jnp.bfloat16):
         inputs = kda_inputs(15, 1, 40, 2, 24, 20, dtype=dtype, strength=1.0, n_seqs=3)
         cts = cotangents(16, inputs, 3)
-        keep = outputs_and_grads(inputs, cts, chunk_size=16, cu_seqlens=cu, tuning=Tuning(segments=segments))
-        again = outputs_and_grads(inputs, cts, chunk_size=16, cu_seqlens=cu,
-                                  tuning=Tuning(segments=segments, residuals="recompute"))
-        for name in keep:
-            assert np.array_equal(np.asarray(again[name], np.float32), np.asarray(keep[name], np.float32)), (
-                jnp.dtype(dtype).name, name)
+        keep = outputs_and_grads(inputs, cts, chunk_size=16, cu_seqlens=cu,
+                                 tuning=Tuning(segments=segments, residuals="keep"))
+        for residuals in ("recompute", "states"):
+            again = outputs_and_grads(inputs, cts, chunk_size=16, cu_seqlens=cu,
+                                      tuning=Tuning(segments=segments, residuals=residuals))
+            for name in keep:
+                assert np.array_equal(np.asarray(again[name], np.float32), np.asarray(keep[name], np.float32)), (
+                    jnp.dtype(dtype).name, residuals, name)
 
 
 def test_recomputed_residuals_sweep_each_segment_again_from_its_kept_entering_state():
@@ -392,38 +418,54 @@ def test_recomputed_residuals_sweep_each_segment_again_from_its_kept_entering_st
     assert launches(1).get("chunk_kda_h_kernel") == 2, "one sweep per sequence: swept in the forward and again"
 
 
-def test_recomputed_residuals_keep_at_most_one_and_a_half_times_the_inputs_and_outputs():
+def test_the_residuals_keep_at_most_one_and_a_half_times_the_inputs_and_outputs():
     """What the forward keeps for the backward (traced abstractly: nothing runs) at issue 48's long shape, B1
-    T64k H16 K = V = 128 bf16, over the bytes of the inputs and outputs: 1.9× by default (A, Aqk, w, the chunk
-    states in bf16, δ; b formed again), at most 1.5× with `residuals="recompute"` (q, k, v, g, β, A, Aqk)."""
+    T64k H16 K = V = 128 bf16, over the bytes of the inputs and outputs: at most 1.5× by default
+    (`residuals="states"`: q, k, v, g, β, A, Aqk, the chunk states in bf16; b, w and δ formed again), 1.9× with
+    "keep" (also w and δ), about 1.1× with "recompute" (q, k, v, g, β, A, Aqk and the segments' entering
+    states)."""
     from workbench.bench.timing import kept_bytes
 
     x = jax.ShapeDtypeStruct((1, 65536, 16, 128), jnp.bfloat16)
     primals = dict(q=x, k=x, v=x, g=x, beta=jax.ShapeDtypeStruct((1, 65536, 16), jnp.bfloat16))
     ratios = {}
-    for residuals in ("keep", "recompute"):
-        kept, io = kept_bytes(lambda p: workbench.chunk_kda(**p, tuning=Tuning(residuals=residuals)), primals)
+    for residuals in ("states", "keep", "recompute", None):
+        tuning = Tuning() if residuals is None else Tuning(residuals=residuals)
+        kept, io = kept_bytes(lambda p: workbench.chunk_kda(**p, tuning=tuning), primals)
         ratios[residuals] = kept / io
-    assert ratios["recompute"] <= 1.5 < ratios["keep"], ratios
+    assert ratios["recompute"] < 1.2 < ratios["states"] == ratios[None] <= 1.5 < 1.8 < ratios["keep"], ratios
 
 
-def test_the_default_keeps_everything_but_the_gate_sums():
-    """`residuals="keep"` keeps the inputs (and a zero initial state, float32), A (float32) and Aqk ([TT, H, BT]), w and δ ([TT, H, K], [TT, H, V]) and
-    the chunk-start states ([NS, H, K, V]) in bf16, and not b (float32 [TT, H, K]: 512 MiB here), which the backward
-    forms again; counted from the shapes at B1 T64k H16 K = V = 128, chunk 64 (NS = 1024 + 1 + 1 slots)."""
+def _counted_residuals(residuals):
+    """(kept bytes, the bytes counted from the shapes) at B1 T64k H16 K = V = 128 bf16, chunk 64 (NS = 1024 + 1
+    + 1 slots): the inputs (and a zero initial state, float32), A (float32) and Aqk ([TT, H, BT]), the
+    chunk-start states ([NS, H, K, V]) in bf16 and, with `residuals="keep"`, w and δ ([TT, H, K], [TT, H, V]);
+    never b (float32 [TT, H, K]: 512 MiB here), which the backward forms again."""
     from workbench.bench.timing import kept_bytes
 
     TT, H, K, V, BT, NS = 65536, 16, 128, 128, 64, 65536 // 64 + 2
     x = jax.ShapeDtypeStruct((1, TT, H, K), jnp.bfloat16)
     primals = dict(q=x, k=x, v=x, g=x, beta=jax.ShapeDtypeStruct((1, TT, H), jnp.bfloat16))
-    kept, _ = kept_bytes(lambda p: workbench.chunk_kda(**p), primals)
+    kept, _ = kept_bytes(lambda p: workbench.chunk_kda(**p, tuning=Tuning(residuals=residuals)), primals)
     inputs = 4 * TT * H * K * 2 + TT * H * 2 + H * K * V * 4  # q, k, v, g, β, and the (zero) initial state
-    expected = inputs + TT * H * BT * (4 + 2) + TT * H * K * 2 + TT * H * V * 2 + NS * H * K * V * 2
+    expected = inputs + TT * H * BT * (4 + 2) + NS * H * K * V * 2
+    if residuals == "keep":
+        expected += TT * H * K * 2 + TT * H * V * 2
+    return kept, expected
+
+
+def test_the_default_keeps_the_inputs_A_Aqk_and_the_chunk_states():
+    kept, expected = _counted_residuals("states")
     assert abs(kept - expected) < 2 ** 10, (kept / 2 ** 20, expected / 2 ** 20)  # and the bounds (8 bytes)
 
 
+def test_kept_residuals_keep_w_and_delta_too():
+    kept, expected = _counted_residuals("keep")
+    assert abs(kept - expected) < 2 ** 10, (kept / 2 ** 20, expected / 2 ** 20)
+
+
 def test_bad_residuals_raise():
-    with pytest.raises(ValueError, match="^Tuning.residuals: expected 'keep' or 'recompute', got 'none'"):
+    with pytest.raises(ValueError, match="^Tuning.residuals: expected 'states', 'keep' or 'recompute', got 'none'"):
         Tuning(residuals="none")
 
 

@@ -150,6 +150,7 @@ def _chunk_kda_bench() -> OpBench:
                                     "at 64k) on top of every other contender's buffers")},
         error_sources=("fla.ops.kda.chunk_kda",),
         variants={"recomputed residuals": {"tuning": Tuning(residuals="recompute")},
+                  "kept residuals": {"tuning": Tuning(residuals="keep")},
                   "unfused backward": {"tuning": Tuning(fused_backward=False)},
                   "unfused forward": {"tuning": Tuning(fused_forward=False)},
                   "unfused output": {"tuning": Tuning(fused_output=False)},

@@ -68,9 +68,11 @@ class Tuning:
         carried across them, then each swept again from its own; 1 is one sweep per sequence; None
         (default): `state_segments` from the sequences × heads in flight and the GPU's SM count, and one
         sweep for K > 128 (more than 1 there is a ValueError: NOTES.md, "Shared memory at K = 256").
-    residuals: (chunk_kda) what the forward keeps for the backward. "keep": A, Aqk, w, the chunk-start states
-        (in the inputs' dtype) and δ, the backward forming the gate's cumulative sums b again (one cumsum
-        kernel; b is float32, twice a 16-bit gate) (1.9× the inputs and output at B1 T64k H16 K = V = 128 bf16);
+    residuals: (chunk_kda) what the forward keeps for the backward. "states" (default): A, Aqk and the
+        chunk-start states (in the inputs' dtype), the backward forming the gate's cumulative sums b, w and δ
+        again from them and the inputs (one kernel that streams each chunk once) (1.5× the inputs and output at
+        B1 T64k H16 K = V = 128 bf16; forward+backward about 4 % slower than "keep" on an H200); "keep": also w
+        and δ, the backward forming b alone again (one cumsum kernel) (1.9×);
         "recompute": A and Aqk only (the intra-chunk solve, the forward's costliest part) and, with the
         two-level pass, each segment's entering state, the backward forming b, w and u again (the cumsum and WY
         kernels) and sweeping each segment's states and δ again from its entering state (1.1×; NOTES.md,
@@ -83,13 +85,13 @@ class Tuning:
     fused_output: bool = True
     whole_chunk: bool = True
     segments: int | None = None
-    residuals: Literal["keep", "recompute"] = "keep"
+    residuals: Literal["states", "keep", "recompute"] = "states"
 
     def __post_init__(self):
         if self.segments is not None and (type(self.segments) is not int or self.segments < 1):
             raise ValueError(f"Tuning.segments: expected None or an int ≥ 1, got {self.segments!r}")
-        if self.residuals not in ("keep", "recompute"):
-            raise ValueError(f"Tuning.residuals: expected 'keep' or 'recompute', got {self.residuals!r}")
+        if self.residuals not in ("states", "keep", "recompute"):
+            raise ValueError(f"Tuning.residuals: expected 'states', 'keep' or 'recompute', got {self.residuals!r}")
 
 
 # Measured on an H100 (B = 1, H = 16, K = V = 128, bf16; docs/performance.md): forward 5.33 → 4.49 ms at
@@ -419,7 +421,8 @@ def _backward(q, k, v, g, beta, h0, cu, residuals, do, dht, static: _Static, dg_
     """Gradients of (q, k, v, g, beta, h0): dg in `dg_dtype` (g's) and dβ in β's, rounded by the last kernel's
     stores (float32 inside every kernel before them), not by conversions after it. Given an initial state, dg's
     state term at each sequence's first chunk takes h0 unrounded (`_bounds.entering_state_term`). residuals:
-    `_forward`'s (b, A, Aqk, w, hs, δ), b None where the forward did not keep it (formed here from g)."""
+    `_forward`'s (b, A, Aqk, w, hs, δ); b None where the forward did not keep it (formed here by the cumsum
+    kernel), b, w and δ None where it kept A, Aqk and the states alone (formed here: `_backward_prep`)."""
     b, A, Aqk, w, hs, delta = residuals
     TT, H, _ = q.shape
     K, V, _ = _dims(q, v)
@@ -427,7 +430,9 @@ def _backward(q, k, v, g, beta, h0, cu, residuals, do, dht, static: _Static, dg_
     N = cu.shape[0] - 1
     bounds = slot_table(cu, TT, BT, static.batch)  # [NS, 2] int32; a constant for a fixed batch
     tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
-    if b is None:
+    if w is None:
+        b, w, delta = _backward_prep(g, k, v, beta, A, hs, bounds, static)
+    elif b is None:
         b = _cumsum(g, bounds, static, tune)
     NS = bounds.shape[0]
     f32 = jnp.float32
@@ -466,6 +471,33 @@ def _backward(q, k, v, g, beta, h0, cu, residuals, do, dht, static: _Static, dg_
     return dq, dk, dv, dg, dbeta, dh0
 
 
+def _backward_prep(g, k, v, beta, A, hs, bounds, static: _Static):
+    """(b, w, δ) formed again from the inputs and the kept A and chunk-start states (`chunk_kda_bwd_prep_kernel`,
+    one launch); their values are the forward's (its kernels' products and roundings, NOTES.md "Memory")."""
+    TT, H, K = k.shape
+    V = v.shape[-1]
+    BK = _dims(k, v)[2]
+    BKC, BV, num_warps, num_stages = _bwd_prep_config(K, V, k.dtype)
+    return triton_call(
+        g, k, v, beta, A, hs, bounds, kernel=backward_kernels.chunk_kda_bwd_prep_kernel,
+        out_shape=[jax.ShapeDtypeStruct((TT, H, K), jnp.float32), jax.ShapeDtypeStruct(k.shape, k.dtype),
+                   jax.ShapeDtypeStruct(v.shape, v.dtype)],
+        grid=(bounds.shape[0], H), name="workbench_kda_bwd_prep", H=H, K=K, V=V, BT=static.chunk_size, BK=BK,
+        BKC=BKC, BV=BV, F32_DOT=_f32_dot(k), num_warps=num_warps, num_stages=num_stages)
+
+
+def _bwd_prep_config(K: int, V: int, dtype) -> tuple[int, int, int, int]:
+    """(BKC, BV, warps, stages) of `chunk_kda_bwd_prep_kernel`, one config (a kernel that streams each tile
+    once). 16-bit inputs: 64 key and value columns at a time, 4 warps, 2 stages. float32 (full float32
+    products, on the FMA units): 32 key columns, 16 value columns from K = 128 on, 8 warps and 1 stage, the
+    least spilling of those compiled for sm_90 (NOTES.md, "Memory")."""
+    BK = max(16, triton.next_power_of_2(K))
+    BV = min(64, max(16, triton.next_power_of_2(V)))
+    if jnp.dtype(dtype).itemsize == 4:
+        return min(32, BK), 16 if BK >= 128 else min(32, BV), 8, 1
+    return min(64, BK), BV, 4, 2
+
+
 def _first_chunk_b_last(b, cu, BT: int):
     """b_L of each sequence's first chunk [N, H, K]: b (the chunk-local cumulative sums) at its last row."""
     _, valid = first_chunk_rows(cu, BT)
@@ -490,8 +522,11 @@ def _chunk_kda_packed_fwd(q, k, v, g, beta, h0, cu, static: _Static):
     if recompute:  # A, Aqk and the segments' entering states (float32 [N · NSEG, H, K, V]: a few MiB)
         _, A, Aqk, *_ = residuals
         residuals = (A, Aqk, starts)
-    else:  # all but b (float32 [TT, H, K], twice a 16-bit input), which the backward forms again (one cumsum)
+    elif static.tuning.residuals == "keep":  # all but b (float32 [TT, H, K]), which the backward forms again
         residuals = (None, *residuals[1:])
+    else:  # A, Aqk and the chunk-start states: the backward forms b, w and δ again (`_backward_prep`)
+        _, A, Aqk, _, hs, _ = residuals
+        residuals = (None, A, Aqk, None, hs, None)
     return (o, ht), (q, k, v, g, beta, h0, cu, residuals)
 
 

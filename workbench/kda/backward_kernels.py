@@ -6,6 +6,8 @@ unused slot; per-chunk states stored by slot). The per-chunk matrices A, Aqk, dA
 `[TT, H, BT]` (float32, but Aqk in the inputs' dtype, which its products round it to): row r of its
 chunk's matrix at the row of token r, columns by position in the chunk (NOTES.md, "Where A lives").
 
+* `chunk_kda_bwd_prep_kernel` (slot, head): b, w and δ formed again from g, k, v, β and the kept A and
+  chunk-start states (kda.2, kda.3), before the dh sweep; one config (`_bwd_prep_config` in `workbench/kda/__init__.py`).
 * `chunk_kda_bwd_wy_dqkg_fused_kernel` (slot, head): the WY backward and the state parts of
   dq/dk/dg in one kernel; dw never leaves registers (kda.10, kda.11, kda.13). It also gives dv,
   dAqk, dL = −Aᵀ dA Aᵀ (kda.7) and the WY part of dβ (kda.12).
@@ -22,7 +24,7 @@ import triton.language as tl
 
 from ..tl_chunked import BC, RHO, block_configs, intra_tiles, load_row, load_tile, prune_blocks, slot_rows
 from ..tl_helpers import exp_e
-from .steps import khat_decay, tile_rows
+from .steps import khat_decay, load_matrix, tile_rows
 
 
 def _block_configs():
@@ -211,6 +213,54 @@ def _store_dL(dL, A, b_dA, start, end, i_h, H: tl.constexpr, BT: tl.constexpr, A
     tl.debug_barrier()  # every slice of M read before dL replaces it
     tl.store(p_rows + o_t[None, :], tl.where((o_t[:, None] > o_t[None, :]) & m_t[:, None] & m_t[None, :], -b_dL, 0.0),
              mask=m_t[:, None])
+
+
+@triton.jit
+def chunk_kda_bwd_prep_kernel(g, k, v, beta, A, hs, bounds,  # inputs
+                              b, w, delta,  # outputs: b float32 [TT, H, K]; w [TT, H, K], δ [TT, H, V] in the inputs' dtype
+                              H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                              BKC: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+    """(kda.2, kda.3) What the backward reads that the forward does not keep, formed again for one chunk from
+    the kept A and chunk-start state h: b = the chunk's prefix sums of g, w = A (β ⊙ k ⊙ exp b) and
+    δ = u − w h with u = A (β ⊙ v), each rounded where the forward's kernels round it (w and u stored in the
+    inputs' dtype; δ from one product over all K with h in hs's dtype, as the forward sweep's step). b and w
+    BKC key columns at a time; δ then reads w back whole (this program's own stores, from cache). Offsets
+    within the chunk are int32 from the chunk's first row (few registers: no int64 address tiles kept)."""
+    i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    start, end = slot_rows(bounds, i_s)
+    if start >= end:
+        return
+    o_t = tl.arange(0, BT)
+    m_t = o_t < end - start
+    rows_k = (start * H + i_h) * K  # the chunk's first row of every [TT, H, K] array, at head i_h
+    rows_v = (start * H + i_h) * V
+    dtype = w.dtype.element_ty
+    b_A = load_matrix(A, start + o_t, m_t, i_h, H, BT).to(dtype)
+    b_beta = tl.load(beta + (start + o_t) * H + i_h, mask=m_t, other=0.0).to(tl.float32)
+    for i_k in range(tl.cdiv(K, BKC)):
+        o_k = i_k * BKC + tl.arange(0, BKC)
+        off = o_t[:, None] * (H * K) + o_k[None, :]
+        m_tk = m_t[:, None] & (o_k < K)[None, :]
+        b_b = tl.cumsum(tl.load(g + rows_k + off, mask=m_tk, other=0.0).to(tl.float32), axis=0)  # [BT, BKC]
+        tl.store(b + rows_k + off, b_b, mask=m_tk)
+        b_kg = tl.load(k + rows_k + off, mask=m_tk, other=0.0).to(tl.float32) * exp_e(b_b) * b_beta[:, None]
+        b_w = tl.dot(b_A, b_kg.to(dtype), input_precision=F32_DOT)
+        tl.store(w + rows_k + off, b_w.to(dtype), mask=m_tk)
+    tl.debug_barrier()  # w is read back whole below by other threads of this program
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    b_w = tl.load(w + rows_k + o_t[:, None] * (H * K) + o_k[None, :], mask=m_t[:, None] & m_k[None, :], other=0.0)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        m_v = o_v < V
+        off = o_t[:, None] * (H * V) + o_v[None, :]
+        m_tv = m_t[:, None] & m_v[None, :]
+        b_vb = tl.load(v + rows_v + off, mask=m_tv, other=0.0).to(tl.float32) * b_beta[:, None]
+        b_u = tl.dot(b_A, b_vb.to(dtype), input_precision=F32_DOT).to(dtype).to(tl.float32)  # [BT, BV]
+        b_h = tl.load(hs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
+                      mask=m_k[:, None] & m_v[None, :], other=0.0)  # [BK, BV]
+        b_delta = b_u - tl.dot(b_w, b_h.to(dtype), input_precision=F32_DOT)
+        tl.store(delta + rows_v + off, b_delta.to(dtype), mask=m_tv)
 
 
 @triton.autotune(configs=_block_configs(), key=["H", "K", "V", "BT"],
