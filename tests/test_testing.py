@@ -2,6 +2,8 @@
 shape (they cut a flat draw of a power-of-two length, so that a few compilations serve every shape):
 pinned seeds keep meaning the same inputs; and the error budget admits what it must and refuses a fault."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -177,3 +179,31 @@ def test_perturbed_moves_floating_leaves_by_at_most_the_given_size():
         change = np.abs(np.asarray(moved["x"]) / np.asarray(tree["x"]) - 1)
         assert change.max() <= 1e-6 and (change > 1e-8).mean() > 0.9
         assert np.array_equal(np.asarray(moved["n"]), np.asarray(tree["n"]))
+
+
+def _last_term(x):
+    """exp(x_n), the last term of x: the reference's direct form."""
+    return jnp.exp(x[-1:])
+
+
+def _difference_of_sums(x, dtype=None):
+    """exp(S_n − S_{n−1}) of x's sums, each rounded to `dtype` when given (a kernel's form: the exponent is a
+    difference of two prefix sums, as chunk_gla's gates' b_L − b_r)."""
+    s_n, s_m = jnp.sum(x, keepdims=True), jnp.sum(x[:-1], keepdims=True)
+    if dtype is not None:
+        s_n, s_m = (s.astype(dtype).astype(x.dtype) for s in (s_n, s_m))
+    return jnp.exp(s_n - s_m)
+
+
+def test_a_variant_floor_admits_what_rounding_an_intermediate_once_costs():
+    """A kernel whose exponent is a difference of two float32 prefix sums near 190 errs by ~ε·190, the direct form
+    (the reference) by ~ε: the plain rule and the perturbation floor fail it, a variant that rounds the two sums
+    once to float32 (run in float64) admits it, and still fails a kernel that holds the sums in bfloat16."""
+    x = jnp.asarray(np.random.default_rng(3).uniform(0.5, 1.5, 192), jnp.float32)
+    rounded = functools.partial(_difference_of_sums, dtype=jnp.float32)
+    plain = testing.check(_difference_of_sums, _last_term, (x,), argnums=(), perturbation=testing.PERTURBATION)
+    floored = testing.check(_difference_of_sums, _last_term, (x,), argnums=(), perturbation=testing.PERTURBATION,
+                            variants=(rounded,))
+    coarse = testing.check(functools.partial(_difference_of_sums, dtype=jnp.bfloat16), _last_term, (x,),
+                           argnums=(), perturbation=testing.PERTURBATION, variants=(rounded,))
+    assert not plain.ok and floored.ok and not coarse.ok, (plain, floored, coarse)

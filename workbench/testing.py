@@ -317,7 +317,7 @@ def _gradient_names(parameter: str, grads) -> list[str]:
 def check(fn: Callable, reference: Callable, args: Sequence, *, argnums: Sequence[int] | None = None,
           cotangents=None, ratio: float = RATIO, seed: int = 0, output_names: Sequence[str] | None = None,
           arg_names: Sequence[str] | None = None, keep_arrays: Sequence[str] = (), jit: bool = True,
-          title: str = "", perturbation: float | None = None) -> Report:
+          title: str = "", perturbation: float | None = None, variants: Sequence[Callable] = ()) -> Report:
     """Hold `fn` to the error budget against `reference`: every output and every gradient.
 
     fn, reference: functions of the same positional `args` (pass static options with functools.partial);
@@ -336,7 +336,10 @@ def check(fn: Callable, reference: Callable, args: Sequence, *, argnums: Sequenc
     RMS of the draws, `perturbation_floors`) is the error an exact computation on inputs rounded at u may have
     (where a result is a sum whose terms cancel, u·Σ|terms| against its size), and it joins the reference's error
     in quadrature (`compare_with_floor`). u = `PERTURBATION` (float32's ε = 2⁻²³: the kernels accumulate in
-    float32, and a result carries a few roundings) is the usual one. Gradients are taken with respect to
+    float32, and a result carries a few roundings) is the usual one. `variants`: functions like `reference`
+    that, run in float64 as the oracle is, compute the result exactly but for one rounding a kernel's algorithm
+    cannot avoid (an intermediate rounded once to the precision the kernel holds it in); how far each moves an
+    output from the oracle (times `few_elements_allowance`) joins that floor in quadrature. Gradients are taken with respect to
     `argnums` (default: every argument that is a
     floating array), with `cotangents` (default: random normal ones drawn from `seed`, one per output,
     never all ones); they are named `d<parameter>` after `arg_names` or `reference`'s signature (`d<key>`
@@ -403,6 +406,9 @@ def check(fn: Callable, reference: Callable, args: Sequence, *, argnums: Sequenc
                 lambda i: oracle_run(perturbed(values64, seed + 1 + 2 * i, perturbation),
                                      perturbed(cts64, seed + 2 + 2 * i, perturbation)),
                 jax.tree.leaves((out_o, grads_o)))
+        if variants:
+            floors = variant_floors([runner(v, args64)(values64, cts64) for v in variants],
+                                    jax.tree.leaves((out_o, grads_o)), floors)
 
     names = list(arg_names) if arg_names is not None else _argument_names(reference, len(args))
     if len(names) != len(args):
@@ -458,6 +464,19 @@ def perturbation_floors(moved: Callable[[int], Any], oracle: Sequence[Any], samp
         for square, x, o in zip(squares, jax.tree.leaves(moved(i)), oracle):
             square += (np.asarray(x, np.float64) - o) ** 2
     return [o + np.sqrt(square / samples) * few_elements_allowance(o.size) for o, square in zip(oracle, squares)]
+
+
+def variant_floors(results: Sequence[Any], oracle: Sequence[Any], floors: Sequence[Any] | None = None):
+    """Per oracle leaf, `perturbation_floors`' form (an array at the oracle plus a change): each variant's result
+    (same tree as the oracle's) minus the oracle, times `few_elements_allowance` of the leaf's size, joined in
+    quadrature, element by element, with the change of `floors` (None: none)."""
+    oracle = [np.asarray(x, np.float64) for x in oracle]
+    squares = [np.zeros_like(x) if floors is None else (np.asarray(f, np.float64) - x) ** 2
+               for x, f in zip(oracle, floors or oracle)]
+    for result in results:
+        for square, x, o in zip(squares, jax.tree.leaves(result), oracle):
+            square += ((np.asarray(x, np.float64) - o) * few_elements_allowance(o.size)) ** 2
+    return [o + np.sqrt(square) for o, square in zip(oracle, squares)]
 
 
 def few_elements_allowance(n: int) -> float:

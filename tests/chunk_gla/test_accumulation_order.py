@@ -92,9 +92,10 @@ def test_state_sweeps_accumulate_each_chunk_from_zero(storage, BT):
     assert run.returncode == 0, run.stderr[-3000:]
     for name, ttgir in json.loads(run.stdout.strip().splitlines()[-1]).items():
         sources = accumulator_sources(ttgir)
-        # the chunk's two halves: the first from zero, the second from the first; the state is added after. A
-        # 16-bit gate's prefix sums are three more products (`_half_b`): L a0 and 1 a0 from zero, L a1 from 1 a0
-        want = ["dot", "zero"] if storage == "fp32" else ["dot", "dot", "zero", "zero", "zero"]
+        # the chunk's two halves: the first from zero, the second from the first; the state is added after. The
+        # gate's prefix sums are three more products (`_half_b`, a float32 gate's bfloat16 high parts): L a0 and
+        # 1 a0 from zero, L a1 from 1 a0; the float32 low parts' sums are added after, not folded into them
+        want = ["dot", "dot", "zero", "zero", "zero"]
         assert sorted(sources) == want, (name, sources)
 
 

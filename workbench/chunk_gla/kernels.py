@@ -140,20 +140,29 @@ def _half_b(b_a0, b_a1, BT: tl.constexpr):
     the tensor cores: each product of 1 and a 16-bit value is exact and the sums are float32, where a scan over
     the rows of a tile that spans the warps costs shuffles within each warp and shared memory between them
     (NOTES.md, "Where a sweep step's instructions go"). A float32 gate (a scalar gate folded in, or float32
-    inputs) is summed by scans: its values are not exact in any 16-bit type."""
+    inputs) is split, a = a_hi + a_lo with a_hi = a rounded to bfloat16: the a_hi by the same products (exact
+    sums while the partial sums and the smallest a_hi span at most float32's 24 bits), the a_lo (|a_lo| ≤
+    2⁻⁹ |a|) by scans, and b their sum, rounded once: where the scan of a itself, two halves added, was off by
+    several ulps of |b| (NOTES.md, "Precision")."""
     HALF: tl.constexpr = BT // 2
     ROWS: tl.constexpr = HALF if HALF >= BC else BC
     o_r = tl.arange(0, ROWS)
     last = (o_r == ROWS - 1)[:, None]
+    # ones by a select: a bool cast to bfloat16 reads 0 in Triton's interpreter (3.7.1 and 3.9.0)
     if b_a0.dtype == tl.float32:
-        b_b0 = tl.cumsum(b_a0, axis=0)
-        b_b1 = tl.cumsum(b_a1, axis=0) + tl.sum(tl.where(last, b_b0, 0.0), axis=0)[None, :]
+        b_hi0, b_hi1 = b_a0.to(tl.bfloat16), b_a1.to(tl.bfloat16)
     else:
-        # ones by a select: a bool cast to bfloat16 reads 0 in Triton's interpreter (3.7.1 and 3.9.0)
-        tri = tl.where(o_r[:, None] >= o_r[None, :], 1.0, 0.0).to(b_a0.dtype)
-        b_b0 = tl.dot(tri, b_a0, out_dtype=tl.float32)
-        b_b1 = tl.dot(tri, b_a1, acc=tl.dot(tl.full((ROWS, ROWS), 1.0, b_a0.dtype), b_a0, out_dtype=tl.float32),
-                      out_dtype=tl.float32)
+        b_hi0, b_hi1 = b_a0, b_a1
+    tri = tl.where(o_r[:, None] >= o_r[None, :], 1.0, 0.0).to(b_hi0.dtype)
+    b_b0 = tl.dot(tri, b_hi0, out_dtype=tl.float32)
+    b_b1 = tl.dot(tri, b_hi1, acc=tl.dot(tl.full((ROWS, ROWS), 1.0, b_hi0.dtype), b_hi0, out_dtype=tl.float32),
+                  out_dtype=tl.float32)
+    if b_a0.dtype == tl.float32:
+        b_lo0 = tl.cumsum(b_a0 - b_hi0.to(tl.float32), axis=0)
+        # b_hi + b_lo, written as b_hi − (0 − b_lo): an add of a product from zero would be folded into its
+        # accumulator by Triton's combine pass (`_chunk_product`), the hi sums then no longer exact
+        b_b0 = b_b0 - (0.0 - b_lo0)
+        b_b1 += tl.cumsum(b_a1 - b_hi1.to(tl.float32), axis=0) + tl.sum(tl.where(last, b_lo0, 0.0), axis=0)[None, :]
     return b_b0, b_b1, tl.sum(tl.where(last, b_b1, 0.0), axis=0)
 
 

@@ -81,8 +81,11 @@ def parallel_ref(q, k, v, g=None, gk=None, *, scale=None, initial_state=None):
 
 @highest_precision
 def chunk_gla_ref(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, cu_seqlens=None,
-                  chunk_size: int = 64):
-    """The chunkwise form (gla.3–gla.5), same signature and semantics as `workbench.chunk_gla`."""
+                  chunk_size: int = 64, b_dtype=None):
+    """The chunkwise form (gla.3–gla.5), same signature and semantics as `workbench.chunk_gla`. b_dtype: round
+    the chunk-local prefix sums b to this dtype once (their gradient passed through unchanged): run in float64
+    with float32, an exact computation whose only error is b rounded as a correctly rounded float32 sum would
+    be, a floor for the kernels' float32 b (`testing.check`'s `variants`; NOTES.md, "Precision")."""
     q, k, v, g, gk, initial_state = (None if x is None else jnp.asarray(x) for x in (q, k, v, g, gk, initial_state))
     B, T, H, K = q.shape
     V = v.shape[-1]
@@ -99,11 +102,11 @@ def chunk_gla_ref(q, k, v, g=None, gk=None, *, scale=None, initial_state=None, c
     S0 = vary_like(jnp.zeros((N, H, K, V), acc), q, k, v) if initial_state is None else initial_state.astype(acc)
     a = log_decay(pack(g), pack(gk), (B * T, H, K), acc)
     o, ST = chunked_packed(pack(q), pack(k), pack(v), a, S0, cu, scale=scale, chunk_size=chunk_size,
-                           storage=storage)
+                           storage=storage, b_dtype=b_dtype)
     return o.reshape(B, T, H, V), ST
 
 
-def chunked_packed(q, k, v, a, S0, cu, *, scale, chunk_size, storage):
+def chunked_packed(q, k, v, a, S0, cu, *, scale, chunk_size, storage, b_dtype=None):
     """The chunkwise form on packed rows: q, k [TT, H, K], v [TT, H, V], per-key log-decay a
     [TT, H, K] (None: no gate), initial states S0 [N, H, K, V] → (o [TT, H, V] in v's dtype,
     final states [N, H, K, V] in the accumulation dtype). Products round their operands to `storage`."""
@@ -121,6 +124,8 @@ def chunked_packed(q, k, v, a, S0, cu, *, scale, chunk_size, storage):
     q, k, v, a = (to_chunks(x, rows, valid).astype(acc) for x in (q, k, v, a))  # [NS, BT, H, ·], 0 past an end
 
     b = jnp.cumsum(a, axis=1)  # (gla.3) chunk-local prefix sums
+    if b_dtype is not None:  # rounded once, the gradient passed through (chunk_gla_ref's b_dtype)
+        b = b + lax.stop_gradient(b.astype(b_dtype).astype(acc) - b)
     bL = b[:, -1]  # [NS, H, K]: b at the last row (zero gates past a chunk's end leave it unchanged)
     # (gla.4) k weighted by the decay from its row to the chunk's end. From the last valid row on the
     # exponent is 0 as a constant: exactly its value, and its gradient has no +x − x to cancel.
