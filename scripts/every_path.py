@@ -55,7 +55,7 @@ def paths(dtype):
     kda = verify.kda_case_inputs(case, dtype)
     yield "recurrent_kda", lambda: _fwd_bwd(workbench.recurrent_kda, kda, KDA)
     for tuning in (KdaTuning(segments=1), KdaTuning(segments=3), KdaTuning(fused_backward=False),
-                   KdaTuning(whole_chunk=False), KdaTuning(residuals="recompute"),
+                   KdaTuning(whole_chunk=False), KdaTuning(residuals="keep"), KdaTuning(residuals="recompute"),
                    KdaTuning(residuals="recompute", segments=3)):
         yield f"chunk_kda {tuning}", lambda t=tuning: _fwd_bwd(workbench.chunk_kda, kda, KDA,
                                                                 chunk_size=case.params["chunk_size"], tuning=t)
