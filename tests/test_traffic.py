@@ -33,10 +33,39 @@ def test_each_launch_counts_its_arrays_and_outputs_once():
     assert read <= first.read < read + 1024, first
     assert [r.kernel for r in rows[-2:]] == ["chunk_a_kernel", "chunk_o_kernel"]
     o = rows[-1]
-    assert o.written == SHAPE["T"] * SHAPE["H"] * SHAPE["V"] * 2  # o alone, in the inputs' dtype
+    # o alone, in the inputs' dtype (and a one-element placeholder for the states it stores in the two-level pass)
+    assert 0 <= o.written - SHAPE["T"] * SHAPE["H"] * SHAPE["V"] * 2 <= 2, o
     A = SHAPE["T"] * SHAPE["H"] * 64 * 2
     read = 2 * size["k"] + size["v"] + size["gate"] + size["states_bf16"] + A + size["b_L"]
     assert read <= o.read < read + 1024, o
+
+
+def test_the_two_level_forward_fixes_its_states_in_the_o_kernel():
+    """In the two-level pass (gla.13) the o kernel reads the segment sweep's float32 local states, the segments'
+    entering states, the decays D_c and segment rows, and fixes each chunk's state where it reads it: the forward
+    launches no fix-up kernel, and stores the fixed states (in v's dtype) only when a backward follows, from the o
+    kernel; the backward's own two-level pass keeps its fix-up kernel."""
+    from workbench.chunk_gla import Tuning
+
+    op, size = bench.OPS["chunk_gla"], _sizes()
+    options = dict(tuning=Tuning(segments=2))
+    forward = pass_traffic(op, SHAPE, jnp.bfloat16, "forward", options)
+    both = pass_traffic(op, SHAPE, jnp.bfloat16, "forward_backward", options)
+    names = [r.kernel for r in forward]
+    assert names[0] == "chunk_segment_sweep_kernel" and "chunk_state_pass_kernel" in names, names
+    assert "chunk_state_fixup_kernel" not in names and names[-1] == "chunk_o_kernel", names
+    o_alone, o_saving = forward[-1], both[len(forward) - 1]
+    assert o_saving.kernel == "chunk_o_kernel"
+    out = SHAPE["T"] * SHAPE["H"] * SHAPE["V"] * 2
+    assert 0 <= o_alone.written - out <= 2, o_alone
+    assert o_saving.written == out + size["states_bf16"], o_saving
+    # local states in float32 (not the fixed ones in bfloat16), S_j of the 2 segments, D_c, a segment row per slot
+    slots = size["states"] // (SHAPE["H"] * SHAPE["K"] * SHAPE["V"] * 4)
+    extra = size["states"] + 2 * size["state"] + size["b_L"] + slots * 4
+    A = SHAPE["T"] * SHAPE["H"] * 64 * 2
+    read = 2 * size["k"] + size["v"] + size["gate"] + A + size["b_L"] + extra
+    assert read <= o_alone.read < read + 1024, o_alone
+    assert [r.kernel for r in both[len(forward):]].count("chunk_state_fixup_kernel") == 1
 
 
 def test_the_backward_forms_the_gates_cumulative_sums_from_the_gate():

@@ -123,6 +123,19 @@ def first_slots(cu, chunk_size: int):
     return cu[:-1] // chunk_size + xp.arange(cu.shape[0] - 1, dtype=np.int32)
 
 
+def segment_rows(cu_seqlens, total: int, chunk_size: int, n_seg: int):
+    """Each chunk slot's segment row `n · n_seg + j` in the two-level pass's [N · n_seg] buffers: sequence n's
+    chunks cut into n_seg runs of ⌈chunks / n_seg⌉ (`tl_chunked.segment_chunks`), 0 for unused slots. What the
+    segment sweeps store by slot, computed for the autotuner's stand-in bounds (NumPy for NumPy bounds)."""
+    xp = np if isinstance(cu_seqlens, np.ndarray) else jnp
+    start, end, seq, _, _ = chunk_slots(cu_seqlens, total, chunk_size)
+    cu = cu_seqlens.astype(np.int32)
+    n_chunks = (cu[1:] - cu[:-1] + chunk_size - 1) // chunk_size
+    c = xp.arange(start.shape[0], dtype=np.int32) - first_slots(cu, chunk_size)[seq]
+    per = xp.maximum((n_chunks[seq] + n_seg - 1) // n_seg, 1)
+    return xp.where(end > start, seq * n_seg + c // per, 0).astype(np.int32)
+
+
 def first_chunk_rows(cu, chunk_size: int):
     """(rows, valid), int32 and bool [N, chunk_size]: the packed rows of each sequence's first chunk under the
     bounds `cu` [N + 1] (valid False past the sequence's end; an empty sequence has none)."""
@@ -196,11 +209,12 @@ def equal_split(n_sequences: int, total: int):
     return (np.arange(n_sequences + 1, dtype=np.int64) * total // max(n_sequences, 1)).astype(np.int32)
 
 
-def stand_ins(N: int, total: int, chunk_size: int | None = None) -> StandIns:
+def stand_ins(N: int, total: int, chunk_size: int | None = None, segments: int = 1) -> StandIns:
     """Concrete bounds the GPU autotuner may time an op's kernels on while the real ones are traced
     (docs/autotune.md): `cu_seqlens` = `total` packed rows in N equal sequences — exactly
     `arange(B+1)·T` for a fixed-length batch, an equal split for traced `cu_seqlens` — and, for a
-    chunked op, its chunk-slot table `bounds`. Functions: computed only when a config is timed."""
+    chunked op, its chunk-slot table `bounds` and, with `segments` > 1, each slot's segment row `seg`
+    (`segment_rows`). Functions: computed only when a config is timed."""
     def cu():
         return equal_split(N, total)
 
@@ -211,4 +225,6 @@ def stand_ins(N: int, total: int, chunk_size: int | None = None) -> StandIns:
                 return np.asarray(chunk_bounds(jnp.asarray(cu()), total, chunk_size))
 
         offered["bounds"] = bounds
+        if segments > 1:
+            offered["seg"] = lambda: segment_rows(np.asarray(cu()), total, chunk_size, segments)
     return offered

@@ -561,55 +561,67 @@ def test_two_level_state_pass_equals_one_sweep(packed, segments):
     assert_same(outputs_and_grads(inputs, cts, chunk_size=16, tuning=Tuning(segments=segments)), one)
 
 
-@pytest.mark.parametrize("reverse, local", [(False, True), (False, False), (True, False)],
-                         ids=["forward-b_L-by-slot", "forward-b-rows", "backward-b-rows"])
+@pytest.mark.parametrize("reverse, local", [(False, True), (False, False), (True, True)],
+                         ids=["forward-b_L-by-slot", "forward-b-rows", "backward-b_L-by-slot"])
 def test_two_level_fixup_over_long_segments(reverse, local):
-    """(gla.13)'s step 3 by `fixup_kernels.chunk_state_fixup_kernel` itself, against NumPy in float64: a sequence
-    of 150 chunks of 16 rows cut into 2 segments of 75 (more than the fix-up's blocks of `FIXUP_CHUNKS` and than its
-    64-chunk prefix blocks) beside a short one; at chunk c of segment j, local + exp(Σ ℓ over the segment's chunks
-    before c, after c backward) ⊙ the entering state, with ℓ each chunk's b_L from the rows of b at chunk ends or by
-    slot; stored in bfloat16 (rounded once, to nearest) and in float32."""
-    from workbench._bounds import chunk_bounds
+    """(gla.13)'s step 3 over a sequence of 150 chunks of 16 rows cut into 2 segments of 75 (more than the fix-up's
+    blocks of `FIXUP_CHUNKS`, and than 64: the segment rows are stored 64 slots at a time) beside a short one,
+    against NumPy in float64. The segment sweep itself (`chunk_segment_sweep_kernel`) stores by slot each chunk's
+    D_c, Σ ℓ over its segment's chunks before c (after c backward), ℓ each chunk's b_L as the same sweep stored it
+    (by slot, or at the chunk's last row of b), and its segment's row (`_bounds.segment_rows`); then
+    `fixup_kernels.chunk_state_fixup_kernel` gives local + exp(D_c) ⊙ the entering state, stored in bfloat16
+    (rounded once, to nearest) and in float32."""
+    from workbench._bounds import chunk_bounds, segment_rows
     from workbench.chunk_gla import FIXUP_CHUNKS, fixup_kernels
 
-    BT, H, K, V, NSEG = 16, 1, 8, 8, 2
+    BT, H, K, V, NSEG = 16, 1, 16, 16, 2
     cu = np.asarray([0, 2390, 2400], np.int32)  # 150 chunks (the last partial), then 1
     TT, N = int(cu[-1]), len(cu) - 1
     bounds = np.asarray(chunk_bounds(cu, TT, BT))
     NS = bounds.shape[0]
     rng = np.random.default_rng(5)
-    local_states = rng.standard_normal((NS, H, K, V)).astype(np.float32)
-    starts = rng.standard_normal((N * NSEG, H, K, V)).astype(np.float32)
-    ell = -rng.uniform(0.0, 0.05, (NS, H, K)).astype(np.float32)  # each slot's chunk's b_L
+    x, y = (jnp.asarray(rng.standard_normal((TT, H, D)) * 0.1, jnp.bfloat16) for D in (K, V))
+    gate = jnp.asarray(-rng.uniform(0.0, 0.01, (TT, H, K)), jnp.bfloat16 if local else jnp.float32)
+    f32 = jnp.float32
+    local_states, _, _, b, dec, seg = workbench.triton_call(
+        x, y, gate, jnp.asarray(cu), kernel=kernels.chunk_segment_sweep_kernel,
+        out_shape=[jax.ShapeDtypeStruct((NS, H, K, V), f32), jax.ShapeDtypeStruct((N * NSEG, H, K, V), f32),
+                   jax.ShapeDtypeStruct((N * NSEG, H, K), f32),
+                   jax.ShapeDtypeStruct((NS if local else TT, H, K), f32), jax.ShapeDtypeStruct((NS, H, K), f32),
+                   jax.ShapeDtypeStruct((NS,), jnp.int32)],
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), N * H * NSEG, triton.cdiv(K, meta["BK"])),
+        scale=1.0, H=H, K=K, V=V, BT=BT, NSEG=NSEG, REVERSE=reverse, F32_DOT="ieee", B_LOCAL=local)
+    b, dec, seg = np.asarray(b, np.float64), np.asarray(dec, np.float64), np.asarray(seg)
     slot_of = {}  # (sequence, chunk) → slot
     for n in range(N):
         for c in range(-(-(int(cu[n + 1]) - int(cu[n])) // BT)):
             slot_of[n, c] = int(cu[n]) // BT + n + c  # `segment_chunks`' first slot, then one per chunk
             assert bounds[slot_of[n, c], 0] == cu[n] + c * BT
-    if local:
-        b = ell
-    else:  # b [TT, H, K] holding each chunk's b_L at its last row (the fix-up reads no other row)
-        b = np.full((TT, H, K), np.nan, np.float32)
-        for (n, c), slot in slot_of.items():
-            b[min(int(cu[n]) + (c + 1) * BT, int(cu[n + 1])) - 1] = ell[slot]
+    ell = {key: b[slot] if local else b[min(int(cu[key[0]]) + (key[1] + 1) * BT, int(cu[key[0] + 1])) - 1]
+           for key, slot in slot_of.items()}
+    starts = rng.standard_normal((N * NSEG, H, K, V)).astype(np.float32)
     want = np.full((NS, H, K, V), np.nan)
+    want_rows = segment_rows(cu, TT, BT, NSEG)
     for n in range(N):
         chunks = -(-(int(cu[n + 1]) - int(cu[n])) // BT)
         per = -(-chunks // NSEG)
         for j in range(NSEG):
             c0, c1 = min(j * per, chunks), min(j * per + per, chunks)
             for c in range(c0, c1):
+                slot = slot_of[n, c]
                 before = range(c + 1, c1) if reverse else range(c0, c)
-                d = sum((ell[slot_of[n, x]].astype(np.float64) for x in before), np.zeros((H, K)))
-                want[slot_of[n, c]] = local_states[slot_of[n, c]] + np.exp(d)[..., None] * starts[n * NSEG + j]
-    assert FIXUP_CHUNKS < 64 < 150 // NSEG  # more than one block per segment, a prefix over more than 64 chunks
+                d = sum((ell[n, x] for x in before), np.zeros((H, K)))
+                np.testing.assert_allclose(dec[slot], d, rtol=1e-5, atol=1e-6)
+                assert seg[slot] == want_rows[slot] == n * NSEG + j
+                want[slot] = np.asarray(local_states)[slot] + np.exp(dec[slot])[..., None] * starts[n * NSEG + j]
+    assert FIXUP_CHUNKS < 64 < 150 // NSEG  # more than one block per segment, more than 64 slots per segment
     used = sorted(slot_of.values())
     for dtype in (jnp.bfloat16, jnp.float32):
         got = workbench.triton_call(
-            jnp.asarray(b), jnp.asarray(cu), jnp.asarray(starts), jnp.asarray(local_states),
+            jnp.asarray(dec, f32), jnp.asarray(cu), jnp.asarray(starts), local_states,
             kernel=fixup_kernels.chunk_state_fixup_kernel, out_shape=jax.ShapeDtypeStruct((NS, H, K, V), dtype),
-            grid=(triton.cdiv(triton.cdiv(TT, BT), NSEG) // FIXUP_CHUNKS + 1, N * H * NSEG, 1), H=H, K=K, V=V, BT=BT, BK=16,
-            BV=16, NSEG=NSEG, REVERSE=reverse, B_LOCAL=local, CB=FIXUP_CHUNKS)
+            grid=(triton.cdiv(triton.cdiv(TT, BT), NSEG) // FIXUP_CHUNKS + 1, N * H * NSEG, 1), H=H, K=K, V=V, BT=BT,
+            BK=16, BV=16, NSEG=NSEG, CB=FIXUP_CHUNKS)
         got = np.asarray(got.astype(jnp.float32), np.float64)[used]
         if dtype == jnp.float32:
             np.testing.assert_allclose(got, want[used], rtol=2e-6, atol=2e-6)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import typing
 from typing import Literal
 
 import jax
@@ -173,11 +174,30 @@ def _b_local(a) -> bool:
     return a is None or a.dtype != jnp.float32
 
 
-def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: bool, states_dtype=jnp.float32):
+class _Unfixed(typing.NamedTuple):
+    """The two-level pass's states before the fix-up (gla.13), for a reader that fixes them where it reads them:
+    the segments' local states [NS, H, K, V] float32, their entering states [N·NSEG, H, K, V], the decay D_c by slot
+    [NS, H, K] and each slot's segment row [NS] (`fixup_kernels.fixed_state`)."""
+    local: jax.Array
+    starts: jax.Array
+    dec: jax.Array
+    seg: jax.Array
+
+
+def _segments(static: _Static, N: int, H: int, TT: int) -> int:
+    """Segments per sequence of the state sweeps: `Tuning.segments`, or `state_segments`' choice."""
+    if static.tuning.segments is not None:
+        return static.tuning.segments
+    return state_segments(N * H, triton.cdiv(TT, static.chunk_size), sm_count())
+
+
+def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: bool, states_dtype=jnp.float32,
+                 fix: bool = True):
     """(final, states [NS, H, K, V], b) of the forward state sweep (gla.4: x, y = k, v; init = h0; states at
     chunk starts) or, with `reverse`, of the backward one (gla.7: x, y = q, do; init = dH at the end; states =
     dH at chunk ends): one sweep per sequence, or the two-level pass of (gla.13). The states are stored in
-    `states_dtype` (rounded from the float32 running state), the final state in float32. The sweep forms the
+    `states_dtype` (rounded from the float32 running state), the final state in float32; without `fix` the
+    two-level pass returns them before its fix-up (`_Unfixed`), for the o kernel to fix. The sweep forms the
     gate's cumulative sums b (gla.3) from the log-decay a as it goes and returns them, float32, zeros without a
     gate: every row [TT, H, K], or where `_b_local` only b_L by chunk slot [NS, H, K]."""
     TT, H, _ = x.shape
@@ -188,9 +208,7 @@ def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: b
     state = lambda n, dtype=f32: jax.ShapeDtypeStruct((n, H, K, V), dtype)  # noqa: E731
     local = _b_local(a)
     b = jax.ShapeDtypeStruct((NS if local else TT, H, K), f32)
-    n_seg = static.tuning.segments
-    if n_seg is None:
-        n_seg = state_segments(N * H, triton.cdiv(TT, static.chunk_size), sm_count())
+    n_seg = _segments(static, N, H, TT)
     common = dict(H=H, K=K, V=V, BT=static.chunk_size, F32_DOT=_f32_dot(x))
     sweep_grid = lambda meta: (triton.cdiv(V, meta["BV"]), N * H * n_seg, triton.cdiv(K, meta["BK"]))  # noqa: E731
     if n_seg == 1:
@@ -200,9 +218,10 @@ def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: b
         return triton_call(x, y, a, init, cu, kernel=kernel, out_shape=[state(N), state(NS, states_dtype), b],
                            grid=sweep_grid, tune_inputs=tune, name=name, B_LOCAL=local, **extra, **common)
     # the segments' local states in float32: the fix-up adds the entering states' part before they are rounded
-    local_states, ends, decay, b = triton_call(
+    local_states, ends, decay, b, dec, seg = triton_call(
         x, y, a, cu, kernel=kernels.chunk_segment_sweep_kernel,
-        out_shape=[state(NS), state(N * n_seg), jax.ShapeDtypeStruct((N * n_seg, H, K), f32), b],
+        out_shape=[state(NS), state(N * n_seg), jax.ShapeDtypeStruct((N * n_seg, H, K), f32), b,
+                   jax.ShapeDtypeStruct((NS, H, K), f32), jax.ShapeDtypeStruct((NS,), jnp.int32)],
         grid=sweep_grid, tune_inputs=tune, name="workbench_chunk_gla_segment_sweep",
         scale=static.scale if reverse else 1.0, NSEG=n_seg, REVERSE=reverse, B_LOCAL=local, **common)
     BV = 32
@@ -210,16 +229,18 @@ def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: b
         ends, decay, init, kernel=kernels.chunk_state_pass_kernel, out_shape=[state(N * n_seg), state(N)],
         grid=(triton.cdiv(V, BV), N * H), name="workbench_chunk_gla_state_pass", H=H, K=K, V=V, BK=BK, BV=BV,
         NSEG=n_seg, REVERSE=reverse, MATRIX=False)
+    if not fix:
+        return final, _Unfixed(local_states, starts, dec, seg), b
     BK = min(BK, 64)
     # chunks of the longest sequence there can be: the batch's T, or with packed sequences every row
     longest = max(1, triton.cdiv(static.batch[1] if static.batch is not None else TT, static.chunk_size))
     states = triton_call(
-        b, cu, starts, local_states, kernel=fixup_kernels.chunk_state_fixup_kernel, out_shape=state(NS, states_dtype),
-        input_output_aliases={3: 0} if states_dtype == f32 else {},
+        dec, cu, starts, local_states, kernel=fixup_kernels.chunk_state_fixup_kernel,
+        out_shape=state(NS, states_dtype), input_output_aliases={3: 0} if states_dtype == f32 else {},
         grid=(triton.cdiv(V, BV) * triton.cdiv(triton.cdiv(longest, n_seg), FIXUP_CHUNKS), N * H * n_seg,
               triton.cdiv(K, BK)),
         name="workbench_chunk_gla_state_fixup", H=H, K=K, V=V, BT=static.chunk_size, BK=BK, BV=BV, NSEG=n_seg,
-        REVERSE=reverse, B_LOCAL=local, CB=FIXUP_CHUNKS)
+        CB=FIXUP_CHUNKS)
     return final, states, b
 
 
@@ -267,18 +288,24 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     BT = static.chunk_size
     N = cu.shape[0] - 1
     bounds = slot_table(cu, TT, BT, static.batch)  # [NS, 2] int32; a constant for a fixed batch
-    tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
+    # what the GPU autotuner may time configs on (docs/autotune.md)
+    tune = stand_ins(N, TT, BT, segments=_segments(static, N, H, TT))
     NS = bounds.shape[0]
     # (gla.3, gla.4, gla.13) The o kernel and dq's state term round the states to v's dtype before their products,
-    # so they are stored so, for a backward too (NOTES.md, "States stored as the o kernel reads them")
-    ht, hs, b = _state_sweep(k, v, a, h0, cu, bounds, static, tune, reverse=False, states_dtype=v.dtype)
+    # so they are stored so, for a backward too (NOTES.md, "States stored as the o kernel reads them"); the
+    # two-level pass's states are fixed by the o kernel, which stores them only for a backward
+    ht, hs, b = _state_sweep(k, v, a, h0, cu, bounds, static, tune, reverse=False, states_dtype=v.dtype, fix=False)
     A = _a(q, k, a, b, bounds, static)
-    o = triton_call(
-        q, k, v, a, b, hs, A, bounds, kernel=kernels.chunk_o_kernel,
-        out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype), grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H),
-        tune_inputs=tune, name="workbench_chunk_gla_o", scale=static.scale, V=V, F32_DOT=_f32_dot(q), H=H, K=K,
-        BT=BT, BK=BK, B_LOCAL=_b_local(a))
-    return o, ht, ((hs, A) if save else None)
+    unfixed = isinstance(hs, _Unfixed)
+    fixup = (hs.starts, hs.dec, hs.seg) if unfixed else (None, None, None)
+    o, hs_out = triton_call(
+        q, k, v, a, b, hs.local if unfixed else hs, A, bounds, *fixup, kernel=kernels.chunk_o_kernel,
+        out_shape=[jax.ShapeDtypeStruct(v.shape, v.dtype),
+                   jax.ShapeDtypeStruct((NS, H, K, V) if unfixed and save else (1,), v.dtype)],
+        grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), tune_inputs=tune, name="workbench_chunk_gla_o",
+        scale=static.scale, V=V, F32_DOT=_f32_dot(q), H=H, K=K, BT=BT, BK=BK, B_LOCAL=_b_local(a),
+        STORE_H=unfixed and save)
+    return o, ht, ((hs_out if unfixed else hs, A) if save else None)
 
 
 def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):

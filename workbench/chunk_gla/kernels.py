@@ -5,22 +5,12 @@ Every kernel sees packed sequences (`[TT, H, ·]` rows) cut into chunks of BT ro
 rows, start = end for an unused slot; per-chunk states are stored by slot. The per-key log-decay
 arrives as one array `gk` (the glue folds g into it, NOTES.md (gla.1)).
 
-forward
-* `chunk_h_kernel`       (V block, sequence·head, K block): the state at every chunk boundary, one sweep (gla.4),
-                         and the chunk-local prefix sums b of the log-decay (gla.3), float32, formed as it goes:
-                         of a 16-bit gate only each chunk's b_L (B_LOCAL: the kernels after it form b from the
-                         gate where they read it), of a float32 gate every row.
-* `chunk_a_kernel`       (CB slots, head): the rows of A of the chunks that are not direct (gla.12), one
-                         sub-chunk of 16 rows at a time, with decay ratios that are never exp of a positive
-                         number (gla.5, gla.6); kept for the backward.
-* `chunk_o_kernel`       (V block, slot, head): o = q̄ h + A v (gla.5), whole-chunk products.
-backward
-* `chunk_dh_kernel`      (V block, sequence·head, K block): dH at every chunk end, one reverse sweep (gla.7),
-                         and b again, or b_L (B_LOCAL, as the forward: the kernels below read this one).
-* `chunk_dv_kernel`      (V block, slot, head): dv (gla.8).
-* `chunk_dqk_intra_kernel` (CB slots, head): the strict intra-chunk parts dq°, dk° of (gla.9) of the chunks
-                         that are not direct, one sub-chunk at a time.
-* `chunk_dqkg_kernel`    (K block, slot, head): dq, dk (gla.9) and the log-decay gradient (gla.10).
+forward: `chunk_h_kernel` (the sweep, gla.4) or the two-level pass (gla.13: `chunk_segment_sweep_kernel`, the
+state pass, and the fix-up inside `chunk_o_kernel`), `chunk_a_kernel` (A of the chunks that are not direct,
+gla.12), `chunk_o_kernel` (gla.5). backward: `chunk_dh_kernel` (gla.7) or its two-level pass with
+`fixup_kernels.chunk_state_fixup_kernel`, `chunk_dv_kernel` (gla.8), `chunk_dqk_intra_kernel` and
+`chunk_dqkg_kernel` (gla.9, gla.10). Each kernel's docstring says what it does; NOTES.md, "How the kernels split
+the work", why so.
 
 Matrix products take the inputs' dtype where the reference rounds to it (bfloat16 tensor cores),
 and float32 (`F32_DOT`: "ieee" for float32 inputs, tf32 otherwise) where the reference keeps
@@ -35,27 +25,22 @@ from ..tl_chunked import (BC, DIRECT_RANGE, RHO, SUB_CHUNK, block_configs, chunk
                           load_row, load_tile, prune_blocks, segment_prologue,
                           sequence_rows, slot_rows, sweep_chunk, sweep_prologue)
 from ..tl_helpers import dot_f32_right, exp_e
-
-
-# ----------------------------------------------------------------------------- forward
+from .fixup_kernels import fixed_state, store_segment_row
 
 
 def _sweep_configs():
-    """(BK, BV, warps, stages) of the state sweeps: the state's key rows are independent in (gla.4) and (gla.7),
-    so a key block is a grid axis, and smaller blocks give more programs for the sequential sweep. The first
-    (the interpreter's, and the GPU's with autotuning off) was the fastest or within 3 % of it for both sweeps
-    at B8 T4096 and B1 T65536, K = V = 64, bfloat16, on an H200; float32 keys start at the fourth
-    (`_prune_sweep`; NOTES.md, "Where b is formed")."""
+    """(BK, BV, warps, stages) of the state sweeps: the state's key rows are independent in (gla.4) and (gla.7), so a
+    key block is a grid axis, and smaller blocks give more programs for the sequential sweep. The first (the
+    interpreter's, and the GPU's with autotuning off) was within 3 % of the fastest for both sweeps at B8 T4096 and
+    B1 T65536, K = V = 64, bf16, on an H200; float32 keys start at the fourth (`_prune_sweep`)."""
     return [triton.Config({"BK": bk, "BV": bv}, num_warps=w, num_stages=st)
             for bk, bv, w, st in ((32, 64, 4, 1), (32, 64, 4, 2), (16, 64, 4, 3), (64, 32, 4, 2), (64, 64, 8, 2),
                                   (32, 32, 4, 2))]
 
 
 def _prune_sweep(dim: str, key_dim: str | None = None):
-    """Blocks no wider than the key and value widths (as powers of two ≥ 16); with float32 keys only key blocks
-    of 64 (or all of a narrower K): on an H200 the float32 GPU tests (strong gates; the two-level pass) exceeded
-    their error budget 2.5-3.7× with 32-wide key blocks, whose b differs from the 64-wide blocks' in its last
-    bits while as close to float64 prefix sums (NOTES.md, "Where b is formed")."""
+    """Blocks no wider than the key and value widths (as powers of two ≥ 16); float32 keys only in key blocks of 64
+    (or all of a narrower K): 32-wide ones exceeded the float32 GPU tests' error budget (NOTES.md, "Float32")."""
     def prune(configs, named_args, **_):
         keys = named_args[key_dim] if key_dim else named_args["k" if "k" in named_args else "q"]
         K = max(16, triton.next_power_of_2(keys.shape[-1]))
@@ -187,15 +172,18 @@ def _chunk_b(gk, rows, m_t, i_h, o_k, m_k, H: tl.constexpr, K: tl.constexpr, BT:
 
 
 @triton.jit
-def _sweep(x, y, gk, b, states, b_h, bos, eos, first_slot, c_lo, c_hi, i_h, o_k, m_k, o_v, m_v, m_h, p_state, scale,
-           H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
-           USE_GK: tl.constexpr, F32_DOT: tl.constexpr, B_LOCAL: tl.constexpr):
+def _sweep(x, y, gk, b, dec, states, b_h, bos, eos, first_slot, c_lo, c_hi, i_h, o_k, m_k, o_v, m_v, m_h, p_state,
+           scale, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
+           USE_GK: tl.constexpr, F32_DOT: tl.constexpr, B_LOCAL: tl.constexpr, STORE_D: tl.constexpr):
     """The state sweep over chunks c_lo … c_hi − 1 of the sequence at rows [bos, eos), from state b_h:
     (gla.4) h ← exp(b_L) ⊙ h + k̂ᵀ v, k̂ = k ⊙ exp(b_L − b) (x, y = k, v), or with REVERSE, last chunk first,
     (gla.7) dH ← exp(b_L) ⊙ dH + q̄ᵀ do, q̄ = scale · q ⊙ exp(b) (x, y = q, do). Each chunk's state is stored
     before its update (hs at chunk starts; dH at chunk ends); b (gla.3), formed here from the log-decays, is
     stored by the programs of the first V block: every row ([TT, H, K]), or with B_LOCAL only b_L, by chunk slot
-    ([NS, H, K]; the readers form b from the gate themselves). Returns the state and Σ b_L over the chunks ([BK]).
+    ([NS, H, K]; the readers form b from the gate themselves). With STORE_D the same programs store, by chunk slot
+    in `dec` [NS, H, K], Σ b_L over the chunks swept before this one (from c_lo; from c_hi with REVERSE): the
+    decay D_c at which the entering state reaches the chunk (gla.13). Returns the state and Σ b_L over the chunks
+    ([BK]).
 
     The next chunk's tiles are loaded at the top of each step, before this chunk's work: the loop carries
     them, so their latency overlaps the step instead of opening it (only the state is a chain)."""
@@ -224,6 +212,8 @@ def _sweep(x, y, gk, b, states, b_h, bos, eos, first_slot, c_lo, c_hi, i_h, o_k,
             m_b = m_k[None, :] & write_b
             tl.store(b + (rows0[:, None] * H + i_h) * K + o_k[None, :], b_b0, mask=m_t0[:, None] & m_b)
             tl.store(b + (rows1[:, None] * H + i_h) * K + o_k[None, :], b_b1, mask=m_t1[:, None] & m_b)
+        if STORE_D:
+            tl.store(dec + ((first_slot + c) * H + i_h) * K + o_k, b_d, mask=m_k & write_b)
         if REVERSE:
             b_x0 = b_x0.to(tl.float32) * exp_e(b_b0) * scale
             b_x1 = b_x1.to(tl.float32) * exp_e(b_b1) * scale
@@ -252,8 +242,8 @@ def chunk_h_kernel(k, v, gk, h0, cu_seqlens,  # inputs
         cu_seqlens, H, K, V, BT, BK, BV)
     bos, eos = sequence_rows(cu_seqlens, i_nh // H)
     b_h = tl.load(h0 + i_nh * K * V + p_state, mask=m_h, other=0.0)  # [BK, BV]
-    b_h, _ = _sweep(k, v, gk, b, hs, b_h, bos, eos, first_slot, 0, n_chunks, i_h, o_k, m_k, o_v, m_v, m_h, p_state,
-                    1.0, H, K, V, BT, False, USE_GK, F32_DOT, B_LOCAL)
+    b_h, _ = _sweep(k, v, gk, b, None, hs, b_h, bos, eos, first_slot, 0, n_chunks, i_h, o_k, m_k, o_v, m_v, m_h,
+                    p_state, 1.0, H, K, V, BT, False, USE_GK, F32_DOT, B_LOCAL, False)
     tl.store(ht + i_nh * K * V + p_state, b_h, mask=m_h)
 
 
@@ -513,17 +503,20 @@ def chunk_a_kernel(q, k, gk, b, bounds,  # inputs: b [TT, H, K], or with B_LOCAL
 @triton.autotune(configs=block_configs("BV") + [triton.Config({"BV": b}, num_warps=4, num_stages=2, maxnreg=128)
                                                  for b in (32, 64)], key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": prune_blocks("BV", "v")})
-@triton.heuristics({"USE_GK": given("gk")})
+@triton.heuristics({"USE_GK": given("gk"), "FIXUP": given("starts")})
 @triton.jit
 def chunk_o_kernel(q, k, v, gk, b, hs, A, bounds,  # inputs: b [TT, H, K], or with B_LOCAL the sweep's b_L [NS, H, K]
-                   o,  # output [TT, H, V]
+                   starts, dec, seg,  # with FIXUP (the two-level pass): S_j [N·NSEG, H, K, V], D_c [NS, H, K], [NS]
+                   o, hs_out,  # outputs: o [TT, H, V]; with STORE_H the fixed states [NS, H, K, V]
                    scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr, B_LOCAL: tl.constexpr,
-                   USE_GK: tl.constexpr):
+                   STORE_H: tl.constexpr, USE_GK: tl.constexpr, FIXUP: tl.constexpr):
     """(gla.5) o = q̄ h + A v for one chunk: two products of whole-chunk tiles; A from `chunk_a_kernel`,
     or for a direct chunk (gla.12) formed here. With B_LOCAL b is formed here from the gate (`_chunk_b`), and
     whether the chunk is direct decided as `_split_slots` does (without its margin): from the gate's first row,
-    b_0 (exactly: the first row of the product with ones), and the sweep's b_L."""
+    b_0 (exactly: the first row of the product with ones), and the sweep's b_L. With FIXUP hs holds the segment
+    sweep's local states and the chunk's state is fixed here (gla.13, `fixup_kernels.fixed_state`), rounded to v's
+    dtype, and with STORE_H stored so (for the backward): the fix-up kernel's work, without its round trip."""
     i_v, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     start, end = slot_rows(bounds, i_s)
     if start >= end:
@@ -536,8 +529,16 @@ def chunk_o_kernel(q, k, v, gk, b, hs, A, bounds,  # inputs: b [TT, H, K], or wi
     m_t = rows < end
     b_v = tl.load(v + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
     dtype = b_v.dtype
-    b_h = tl.load(hs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :],
-                  other=0.0).to(dtype)  # [BK, BV]
+    if FIXUP:
+        m_h = m_k[:, None] & m_v[None, :]
+        p_state = o_k[:, None] * V + o_v[None, :]
+        b_s = tl.load(starts + (tl.load(seg + i_s).to(tl.int64) * H + i_h) * K * V + p_state, mask=m_h, other=0.0)
+        b_h = fixed_state(hs, b_s, dec, i_s, i_h, o_k, m_k, p_state, m_h, H, K, V).to(dtype)
+        if STORE_H:
+            tl.store(hs_out + (i_s * H + i_h) * K * V + p_state, b_h, mask=m_h)
+    else:
+        b_h = tl.load(hs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
+                      mask=m_k[:, None] & m_v[None, :], other=0.0).to(dtype)  # [BK, BV]
     b_q = load_tile(q, rows, m_t, i_h, o_k, m_k, H, K)
     if B_LOCAL:
         b_b = _chunk_b(gk, rows, m_t, i_h, o_k, m_k, H, K, BT, USE_GK)
@@ -562,9 +563,6 @@ def chunk_o_kernel(q, k, v, gk, b, hs, A, bounds,  # inputs: b [TT, H, K], or wi
              mask=m_t[:, None] & m_v[None, :])
 
 
-# ----------------------------------------------------------------------------- backward
-
-
 @triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": _prune_sweep("do")})
 @triton.heuristics({"USE_GK": given("gk")})
@@ -581,12 +579,9 @@ def chunk_dh_kernel(q, do, gk, dht, cu_seqlens,  # inputs
         cu_seqlens, H, K, V, BT, BK, BV)
     bos, eos = sequence_rows(cu_seqlens, i_nh // H)
     b_dh = tl.load(dht + i_nh * K * V + p_state, mask=m_h, other=0.0)  # [BK, BV]
-    b_dh, _ = _sweep(q, do, gk, b, dhs, b_dh, bos, eos, first_slot, 0, n_chunks, i_h, o_k, m_k, o_v, m_v, m_h,
-                     p_state, scale, H, K, V, BT, True, USE_GK, F32_DOT, B_LOCAL)
+    b_dh, _ = _sweep(q, do, gk, b, None, dhs, b_dh, bos, eos, first_slot, 0, n_chunks, i_h, o_k, m_k, o_v, m_v,
+                     m_h, p_state, scale, H, K, V, BT, True, USE_GK, F32_DOT, B_LOCAL, False)
     tl.store(dh0 + i_nh * K * V + p_state, b_dh, mask=m_h)
-
-
-# ----------------------------------------------------------------------------- two-level state pass (gla.13)
 
 
 @triton.autotune(configs=_sweep_configs(), key=["H", "K", "V", "BT", "NSEG", "REVERSE"],
@@ -594,20 +589,24 @@ def chunk_dh_kernel(q, do, gk, dht, cu_seqlens,  # inputs
 @triton.heuristics({"USE_GK": given("gk")})
 @triton.jit
 def chunk_segment_sweep_kernel(x, y, gk, cu_seqlens,  # inputs: (k, v) forward, (q, do) with REVERSE
-                               states, ends, decay, b,  # outputs: [NS, H, K, V]; [N·NSEG, H, K, V]; [N·NSEG, H, K];
-                               # b [TT, H, K] or with B_LOCAL b_L [NS, H, K]
+                               states, ends, decay, b, dec, seg,  # outputs: [NS, H, K, V]; [N·NSEG, H, K, V];
+                               # [N·NSEG, H, K]; b [TT, H, K] or with B_LOCAL b_L [NS, H, K]; [NS, H, K]; [NS] int32
                                scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                                BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, NSEG: tl.constexpr,
                                REVERSE: tl.constexpr, F32_DOT: tl.constexpr, B_LOCAL: tl.constexpr,
                                USE_GK: tl.constexpr):
     """(gla.13) The sweep of (gla.4) — or with REVERSE of (gla.7), last chunk first — over one segment of a
     sequence, from a zero state (`_sweep`): the segment's local states at every chunk (hs at chunk starts, dH
-    at chunk ends), its end state, its total log-decay Λ = Σ b_L over its chunks (per key), and b (gla.3), or b_L."""
+    at chunk ends), its end state, its total log-decay Λ = Σ b_L over its chunks (per key), b (gla.3) or b_L, and
+    for the fix-up (`fixup_kernels.fixed_state`) each chunk's decay from the segment's start, D_c (`_sweep`), and
+    the segment's row of the [N·NSEG] buffers, by chunk slot."""
     (i_n, i_h, i_row, first_slot, c0, c1, o_k, o_v, m_k, m_v, m_h, p_state) = segment_prologue(
         cu_seqlens, H, K, V, BT, BK, BV, NSEG)
     bos, eos = sequence_rows(cu_seqlens, i_n)
-    b_h, b_d = _sweep(x, y, gk, b, states, tl.zeros([BK, BV], tl.float32), bos, eos, first_slot, c0, c1, i_h, o_k,
-                      m_k, o_v, m_v, m_h, p_state, scale, H, K, V, BT, REVERSE, USE_GK, F32_DOT, B_LOCAL)
+    if (tl.program_id(0) == 0) & (tl.program_id(2) == 0) & (i_h == 0):
+        store_segment_row(seg, first_slot, c0, c1, i_row // H)
+    b_h, b_d = _sweep(x, y, gk, b, dec, states, tl.zeros([BK, BV], tl.float32), bos, eos, first_slot, c0, c1, i_h,
+                      o_k, m_k, o_v, m_v, m_h, p_state, scale, H, K, V, BT, REVERSE, USE_GK, F32_DOT, B_LOCAL, True)
     tl.store(ends + i_row * K * V + p_state, b_h, mask=m_h)
     if tl.program_id(0) == 0:
         tl.store(decay + i_row * K + o_k, b_d, mask=m_k)

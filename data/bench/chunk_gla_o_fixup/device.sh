@@ -1,0 +1,33 @@
+# Device calls (H200) for the two-level forward's fix-up inside chunk_o_kernel. Run from the repository root with
+# `.devcache` carried (slim Triton 3.9.0 and its env, main's workbench as main.tgz: `git archive HEAD workbench`).
+#   bash data/bench/chunk_gla_o_fixup/device.sh tune|tests|pair|probe|profile
+set -x
+source .devcache/env.sh
+mkdir -p /tmp/main && tar xzf .devcache/main.tgz -C /tmp/main
+nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/gpu.txt
+case "$1" in
+tune)  # the segment sweep (changed) and the o kernel (its two-level form is new) over the sweep's shapes, bf16
+  timeout 300 python3 -m workbench tune --write-table --op chunk_gla \
+    --kernels chunk_segment_sweep_kernel,chunk_o_kernel --shapes sweep --dtypes bfloat16 > $OUT/tune.log 2>&1
+  tail -5 $OUT/tune.log; cp workbench/tuning/NVIDIA_H200.json $OUT/ ;;
+tests)
+  XLA_PYTHON_CLIENT_ALLOCATOR=platform WORKBENCH_AUTOTUNE=off timeout -s INT 250 \
+    python3 -m pytest -q -rA -p no:cacheprovider -m gpu -n 16 tests/chunk_gla > $OUT/gpu_tests.log 2>&1
+  tail -3 $OUT/gpu_tests.log ;;
+pair)
+  for set in "--shapes sweep --T 65536,16384" "--shapes target"; do
+    WORKBENCH_AUTOTUNE=table timeout 250 python3 -m workbench bench --op chunk_gla $set --implementations triton \
+      --no-variants --timer device --paired 5 --errors-from peers --against /tmp/main --out $OUT 2>&1 | tail -12
+  done ;;
+probe)
+  for shape in B=8,T=4096,H=16,K=64,V=64 B=1,T=65536,H=16,K=64,V=64; do
+    WORKBENCH_AUTOTUNE=on timeout 200 python3 data/bench/chunk_gla_o_fixup/probe_segments.py --shape $shape \
+      --segments 1,2,4,8 --rounds 2 2>&1 | grep '^{' | tee -a $OUT/probe_segments.jsonl
+  done ;;
+profile)
+  for shape in B=1,T=65536,H=16,K=64,V=64 B=8,T=4096,H=16,K=64,V=64; do
+    WORKBENCH_AUTOTUNE=table timeout 150 python3 scripts/op_profile.py --op chunk_gla --shape $shape \
+      --passes forward,forward_backward --copies 4 > $OUT/profile_$shape.txt 2>&1
+    tail -30 $OUT/profile_$shape.txt
+  done ;;
+esac
