@@ -44,7 +44,7 @@ def test_the_two_level_forward_fixes_its_states_in_the_o_kernel():
     """In the two-level pass (gla.13) the o kernel reads the segment sweep's float32 local states, the segments'
     entering states, the decays D_c and segment rows, and fixes each chunk's state where it reads it: the forward
     launches no fix-up kernel, and stores the fixed states (in v's dtype) only when a backward follows, from the o
-    kernel; the backward's own two-level pass keeps its fix-up kernel."""
+    kernel. The backward's dv kernel fixes dH so and stores it back (float32, in place) for the dqkg kernel."""
     from workbench.chunk_gla import Tuning
 
     op, size = bench.OPS["chunk_gla"], _sizes()
@@ -65,7 +65,10 @@ def test_the_two_level_forward_fixes_its_states_in_the_o_kernel():
     A = SHAPE["T"] * SHAPE["H"] * 64 * 2
     read = 2 * size["k"] + size["v"] + size["gate"] + A + size["b_L"] + extra
     assert read <= o_alone.read < read + 1024, o_alone
-    assert [r.kernel for r in both[len(forward):]].count("chunk_state_fixup_kernel") == 1
+    backward = both[len(forward):]
+    assert "chunk_state_fixup_kernel" not in [r.kernel for r in backward]
+    dv = next(r for r in backward if r.kernel == "chunk_dv_kernel")
+    assert dv.written == SHAPE["T"] * SHAPE["H"] * SHAPE["V"] * 2 + size["states"], dv
 
 
 def test_the_backward_forms_the_gates_cumulative_sums_from_the_gate():

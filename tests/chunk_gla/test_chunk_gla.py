@@ -409,11 +409,13 @@ def test_dv_takes_the_state_gradient_to_float32_precision(dtype):
     NS = int(bounds.shape[0])
     dhs = np.zeros((NS, H, K, V), np.float32)
     dhs[0] = dh[0]
-    dv = np.asarray(workbench.triton_call(
+    dv, _ = workbench.triton_call(
         zeros, k, jnp.zeros((BT, H, V), dtype), None, jnp.zeros((NS, H, K), jnp.float32),
-        jnp.zeros((BT, H, BT), dtype), jnp.asarray(dhs), bounds, kernel=kernels.chunk_dv_kernel,
-        out_shape=jax.ShapeDtypeStruct((BT, H, V), jnp.float32), grid=lambda meta: (V // meta["BV"], NS, H),
-        scale=1.0, H=H, K=K, V=V, BT=BT, BK=K, F32_DOT="tf32", B_LOCAL=True), np.float64)  # no gate: b_L = 0
+        jnp.zeros((BT, H, BT), dtype), jnp.asarray(dhs), bounds, None, None, None, kernel=kernels.chunk_dv_kernel,
+        out_shape=[jax.ShapeDtypeStruct((BT, H, V), jnp.float32), jax.ShapeDtypeStruct((1,), jnp.float32)],
+        grid=lambda meta: (V // meta["BV"], NS, H), scale=1.0, H=H, K=K, V=V, BT=BT, BK=K, F32_DOT="tf32",
+        B_LOCAL=True)  # no gate: b_L = 0
+    dv = np.asarray(dv, np.float64)
     k64 = np.asarray(k, np.float64)[:, 0]
     want = k64 @ dh[0, 0].astype(np.float64)
     size = np.abs(k64) @ np.abs(dh[0, 0].astype(np.float64))

@@ -319,7 +319,8 @@ def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):
     BT = static.chunk_size
     N = cu.shape[0] - 1
     bounds = slot_table(cu, TT, BT, static.batch)  # [NS, 2] int32; a constant for a fixed batch
-    tune = stand_ins(N, TT, BT)  # what the GPU autotuner may time configs on (docs/autotune.md)
+    # what the GPU autotuner may time configs on (docs/autotune.md)
+    tune = stand_ins(N, TT, BT, segments=_segments(static, N, H, TT))
     NS = bounds.shape[0]
     f32 = jnp.float32
     if residuals is None:
@@ -331,11 +332,17 @@ def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):
     common = dict(H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q), B_LOCAL=local)
     # b again (or b_L), from this sweep: the kernels below decide which chunks are direct from it, A's margin
     # covers where that differs from the forward's b (gla.12, `kernels._split_slots`)
-    dh0, dhs, b = _state_sweep(q, do, a, dht, cu, bounds, static, tune, reverse=True)
-    dv = triton_call(
-        q, k, do, a, b, A, dhs, bounds, kernel=kernels.chunk_dv_kernel,
-        out_shape=jax.ShapeDtypeStruct(v.shape, v.dtype), grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H),
+    # (gla.13) the two-level pass's dH is fixed by the dv kernel, which stores it back in place for dqkg
+    dh0, dhs, b = _state_sweep(q, do, a, dht, cu, bounds, static, tune, reverse=True, fix=False)
+    unfixed = isinstance(dhs, _Unfixed)
+    fixup = (dhs.starts, dhs.dec, dhs.seg) if unfixed else (None, None, None)
+    dv, dhs_out = triton_call(
+        q, k, do, a, b, A, dhs.local if unfixed else dhs, bounds, *fixup, kernel=kernels.chunk_dv_kernel,
+        out_shape=[jax.ShapeDtypeStruct(v.shape, v.dtype),
+                   jax.ShapeDtypeStruct((NS, H, K, V) if unfixed else (1,), f32)],
+        input_output_aliases={6: 1} if unfixed else {}, grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H),
         tune_inputs=tune, name="workbench_chunk_gla_dv", scale=static.scale, BK=BK, **common)
+    dhs = dhs_out if unfixed else dhs
     BV = max(16, triton.next_power_of_2(V))
     CB = flagged_slots_per_program(NS, H)
     dq_s, dk_s, _ = triton_call(

@@ -21,6 +21,20 @@ def fixed_state(local, b_s, dec, slot, i_h, o_k, m_k, p_state, m_h, H: tl.conste
 
 
 @triton.jit
+def fixed_slot_state(local, starts, dec, seg, out, slot, i_h, o_k, m_k, o_v, m_v, H: tl.constexpr, K: tl.constexpr,
+                     V: tl.constexpr, STORE: tl.constexpr):
+    """`fixed_state` of the chunk in `slot` for one reader of it ([BK, BV] of the state, float32): S_j is the row
+    `seg[slot]` of `starts`; with STORE also stored into `out` [NS, H, K, V] (rounded to its dtype)."""
+    m_h = m_k[:, None] & m_v[None, :]
+    p_state = o_k[:, None] * V + o_v[None, :]
+    b_s = tl.load(starts + (tl.load(seg + slot).to(tl.int64) * H + i_h) * K * V + p_state, mask=m_h, other=0.0)
+    b_h = fixed_state(local, b_s, dec, slot, i_h, o_k, m_k, p_state, m_h, H, K, V)
+    if STORE:
+        tl.store(out + (slot * H + i_h) * K * V + p_state, b_h, mask=m_h)
+    return b_h
+
+
+@triton.jit
 def store_segment_row(seg, first_slot, c0, c1, row):
     """`seg[slot] = row` for the slots of chunks c0 … c1 − 1 (a segment's, from its sequence's first slot): where a
     reader of one chunk finds its segment's row of the [N·NSEG] buffers."""

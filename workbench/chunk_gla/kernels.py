@@ -25,7 +25,7 @@ from ..tl_chunked import (BC, DIRECT_RANGE, RHO, SUB_CHUNK, block_configs, chunk
                           load_row, load_tile, prune_blocks, segment_prologue,
                           sequence_rows, slot_rows, sweep_chunk, sweep_prologue)
 from ..tl_helpers import dot_f32_right, exp_e
-from .fixup_kernels import fixed_state, store_segment_row
+from .fixup_kernels import fixed_slot_state, store_segment_row
 
 
 def _sweep_configs():
@@ -529,13 +529,11 @@ def chunk_o_kernel(q, k, v, gk, b, hs, A, bounds,  # inputs: b [TT, H, K], or wi
     m_t = rows < end
     b_v = tl.load(v + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
     dtype = b_v.dtype
-    if FIXUP:
-        m_h = m_k[:, None] & m_v[None, :]
-        p_state = o_k[:, None] * V + o_v[None, :]
-        b_s = tl.load(starts + (tl.load(seg + i_s).to(tl.int64) * H + i_h) * K * V + p_state, mask=m_h, other=0.0)
-        b_h = fixed_state(hs, b_s, dec, i_s, i_h, o_k, m_k, p_state, m_h, H, K, V).to(dtype)
+    if FIXUP:  # stored rounded as the product reads it
+        b_h = fixed_slot_state(hs, starts, dec, seg, None, i_s, i_h, o_k, m_k, o_v, m_v, H, K, V, False).to(dtype)
         if STORE_H:
-            tl.store(hs_out + (i_s * H + i_h) * K * V + p_state, b_h, mask=m_h)
+            tl.store(hs_out + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :], b_h,
+                     mask=m_k[:, None] & m_v[None, :])
     else:
         b_h = tl.load(hs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
                       mask=m_k[:, None] & m_v[None, :], other=0.0).to(dtype)  # [BK, BV]
@@ -614,15 +612,18 @@ def chunk_segment_sweep_kernel(x, y, gk, cu_seqlens,  # inputs: (k, v) forward, 
 
 @triton.autotune(configs=block_configs("BV"), key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": prune_blocks("BV", "do")})
-@triton.heuristics({"USE_GK": given("gk")})
+@triton.heuristics({"USE_GK": given("gk"), "FIXUP": given("starts")})
 @triton.jit
 def chunk_dv_kernel(q, k, do, gk, b, A, dhs, bounds,  # inputs: b [TT, H, K], or with B_LOCAL b_L [NS, H, K]
-                    dv,  # output [TT, H, V]
+                    starts, dec, seg,  # with FIXUP (the two-level pass): dH entering [N·NSEG, H, K, V], D_c, rows
+                    dv, dhs_out,  # outputs: dv [TT, H, V]; with FIXUP the fixed dH (dhs itself, in place)
                     scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                     BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr, B_LOCAL: tl.constexpr,
-                    USE_GK: tl.constexpr):
+                    USE_GK: tl.constexpr, FIXUP: tl.constexpr):
     """(gla.8) dv = Aᵀ do + k̂ dH, with dH the gradient of the state at the chunk's end; a direct chunk's
-    A (gla.12) formed here as the o kernel formed it; b from the gate with B_LOCAL (`_b_tile`)."""
+    A (gla.12) formed here as the o kernel formed it; b from the gate with B_LOCAL (`_b_tile`). With FIXUP dhs
+    holds the segment sweep's local dH, fixed here (gla.13, `fixup_kernels.fixed_state`) and stored back for
+    `chunk_dqkg_kernel`: the fix-up kernel's work without its second read."""
     i_v, i_s, i_h = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2)
     start, end = slot_rows(bounds, i_s)
     if start >= end:
@@ -639,8 +640,11 @@ def chunk_dv_kernel(q, k, do, gk, b, A, dhs, bounds,  # inputs: b [TT, H, K], or
     b_b, b_bL, direct = _b_tile(gk, b, rows, m_t, start, end, i_s, i_h, o_k, m_k, H, K, BT, BK, B_LOCAL, USE_GK)
     # k̂ dH first, so that k̂ and dH are dead before A is formed
     b_khat = (b_k * exp_e(b_bL[None, :] - b_b)).to(dtype)  # as the forward rounded it
-    b_dh = tl.load(dhs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
-                   mask=m_k[:, None] & m_v[None, :], other=0.0)  # [BK, BV]
+    if FIXUP:
+        b_dh = fixed_slot_state(dhs, starts, dec, seg, dhs_out, i_s, i_h, o_k, m_k, o_v, m_v, H, K, V, True)
+    else:
+        b_dh = tl.load(dhs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
+                       mask=m_k[:, None] & m_v[None, :], other=0.0)  # [BK, BV]
     # dH in two bfloat16 parts with bfloat16 inputs (`dot_f32_right`; sm_90, the target's configs: 233 → 176
     # registers at 4 warps, 160 → 128 at 8)
     b_dv = dot_f32_right(b_khat, b_dh, F32_DOT)

@@ -8,7 +8,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/gpu.txt
 case "$1" in
 tune)  # the segment sweep (changed) and the o kernel (its two-level form is new) over the sweep's shapes, bf16
   timeout 300 python3 -m workbench tune --write-table --op chunk_gla \
-    --kernels chunk_segment_sweep_kernel,chunk_o_kernel --shapes sweep --dtypes bfloat16 > $OUT/tune.log 2>&1
+    --kernels ${KERNELS:-chunk_segment_sweep_kernel,chunk_o_kernel} --shapes sweep --dtypes bfloat16 > $OUT/tune.log 2>&1
   tail -5 $OUT/tune.log; cp workbench/tuning/NVIDIA_H200.json $OUT/ ;;
 tests)
   XLA_PYTHON_CLIENT_ALLOCATOR=platform WORKBENCH_AUTOTUNE=off timeout -s INT 250 \
@@ -20,9 +20,9 @@ pair)
       --no-variants --timer device --paired 5 --errors-from peers --against /tmp/main --out $OUT 2>&1 | tail -12
   done ;;
 probe)
-  for shape in B=8,T=4096,H=16,K=64,V=64 B=1,T=65536,H=16,K=64,V=64; do
+  for shape in ${PROBE_SHAPES:-B=8,T=4096,H=16,K=64,V=64 B=1,T=65536,H=16,K=64,V=64}; do
     WORKBENCH_AUTOTUNE=on timeout 200 python3 data/bench/chunk_gla_o_fixup/probe_segments.py --shape $shape \
-      --segments 1,2,4,8 --rounds 2 2>&1 | grep '^{' | tee -a $OUT/probe_segments.jsonl
+      --segments ${SEGMENTS:-1,2,4,8} --rounds 2 2>&1 | grep '^{' | tee -a $OUT/probe_segments.jsonl
   done ;;
 profile)
   for shape in B=1,T=65536,H=16,K=64,V=64 B=8,T=4096,H=16,K=64,V=64; do
