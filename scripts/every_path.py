@@ -48,9 +48,13 @@ def paths(dtype):
     yield "recurrent", lambda: _fwd_bwd(workbench.recurrent, gla, GLA)
     case = verify.CHUNK_GLA_CASES[0]
     chunk = verify.gated_case_inputs(case, dtype)
-    for tuning in (GlaTuning(segments=1), GlaTuning(segments=3)):
+    for tuning in (GlaTuning(segments=1), GlaTuning(segments=3), GlaTuning(segments=3, residuals="recompute")):
         yield f"chunk_gla {tuning}", lambda t=tuning: _fwd_bwd(workbench.chunk_gla, chunk, GLA,
                                                                 chunk_size=case.params["chunk_size"], tuning=t)
+    # the forward alone: the two-level pass's o kernel fixes its states without storing them
+    yield "chunk_gla forward alone, segments=3", lambda: jax.block_until_ready(jax.jit(
+        lambda x: workbench.chunk_gla(**x, chunk_size=case.params["chunk_size"], tuning=GlaTuning(segments=3)))(
+            {n: chunk[n] for n in chunk}))
     case = verify.KDA_CASES[0]
     kda = verify.kda_case_inputs(case, dtype)
     yield "recurrent_kda", lambda: _fwd_bwd(workbench.recurrent_kda, kda, KDA)

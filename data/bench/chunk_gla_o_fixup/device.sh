@@ -27,7 +27,12 @@ probe)
 profile)
   for shape in B=1,T=65536,H=16,K=64,V=64 B=8,T=4096,H=16,K=64,V=64; do
     WORKBENCH_AUTOTUNE=table timeout 150 python3 scripts/op_profile.py --op chunk_gla --shape $shape \
-      --passes forward,forward_backward --copies 4 > $OUT/profile_$shape.txt 2>&1
-    tail -30 $OUT/profile_$shape.txt
+      --passes forward,forward_backward --copies 4 > $OUT/profile_${shape//[=,]/_}.txt 2>&1
+    tail -30 $OUT/profile_${shape//[=,]/_}.txt
   done ;;
+memcheck)  # every chunk_gla path (scripts/every_path.py) under compute-sanitizer
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  XLA_PYTHON_CLIENT_ALLOCATOR=platform WORKBENCH_AUTOTUNE=off timeout 300 $CS --tool memcheck --print-limit 20 \
+    python3 scripts/every_path.py chunk_gla > $OUT/memcheck.log 2>&1
+  grep -v "^=* *$" $OUT/memcheck.log | tail -12 ;;
 esac
