@@ -610,7 +610,8 @@ def chunk_segment_sweep_kernel(x, y, gk, cu_seqlens,  # inputs: (k, v) forward, 
         tl.store(decay + i_row * K + o_k, b_d, mask=m_k)
 
 
-@triton.autotune(configs=block_configs("BV"), key=["H", "K", "V", "BT"],
+@triton.autotune(configs=block_configs("BV") + [triton.Config({"BV": b}, num_warps=4, num_stages=2, maxnreg=r)
+                                                 for b in (32, 64) for r in (128, 168)], key=["H", "K", "V", "BT"],
                  prune_configs_by={"early_config_prune": prune_blocks("BV", "do")})
 @triton.heuristics({"USE_GK": given("gk"), "FIXUP": given("starts")})
 @triton.jit
@@ -634,15 +635,14 @@ def chunk_dv_kernel(q, k, do, gk, b, A, dhs, bounds,  # inputs: b [TT, H, K], or
     o_t = tl.arange(0, BT)
     rows = start + o_t
     m_t = rows < end
+    if FIXUP:  # first: the entering state's tile is dead before the chunk's tiles arrive
+        b_dh = fixed_slot_state(dhs, starts, dec, seg, dhs_out, i_s, i_h, o_k, m_k, o_v, m_v, H, K, V, True)
     b_do = tl.load(do + (rows[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v[None, :], other=0.0)
     dtype = b_do.dtype
     b_k = load_tile(k, rows, m_t, i_h, o_k, m_k, H, K)
     b_b, b_bL, direct = _b_tile(gk, b, rows, m_t, start, end, i_s, i_h, o_k, m_k, H, K, BT, BK, B_LOCAL, USE_GK)
-    # k̂ dH first, so that k̂ and dH are dead before A is formed
-    b_khat = (b_k * exp_e(b_bL[None, :] - b_b)).to(dtype)  # as the forward rounded it
-    if FIXUP:
-        b_dh = fixed_slot_state(dhs, starts, dec, seg, dhs_out, i_s, i_h, o_k, m_k, o_v, m_v, H, K, V, True)
-    else:
+    b_khat = (b_k * exp_e(b_bL[None, :] - b_b)).to(dtype)  # as the forward rounded it; k̂ dH before A is formed
+    if not FIXUP:
         b_dh = tl.load(dhs + (i_s * H + i_h) * K * V + o_k[:, None] * V + o_v[None, :],
                        mask=m_k[:, None] & m_v[None, :], other=0.0)  # [BK, BV]
     # dH in two bfloat16 parts with bfloat16 inputs (`dot_f32_right`; sm_90, the target's configs: 233 → 176
