@@ -25,11 +25,15 @@ probe)
       --segments ${SEGMENTS:-1,2,4,8} --rounds 2 2>&1 | grep '^{' | tee -a $OUT/probe_segments.jsonl
   done ;;
 profile)
-  for shape in B=1,T=65536,H=16,K=64,V=64 B=8,T=4096,H=16,K=64,V=64; do
+  for shape in ${PROFILE_SHAPES:-B=1,T=65536,H=16,K=64,V=64 B=8,T=4096,H=16,K=64,V=64}; do
     WORKBENCH_AUTOTUNE=table timeout 150 python3 scripts/op_profile.py --op chunk_gla --shape $shape \
       --passes forward,forward_backward --copies 4 > $OUT/profile_${shape//[=,]/_}.txt 2>&1
     tail -30 $OUT/profile_${shape//[=,]/_}.txt
   done ;;
+validate)  # the table's configs against the first ones (those the GPU tests run), at the target and B1 T64k
+  WORKBENCH_AUTOTUNE=off timeout 150 python3 data/bench/chunk_gla_o_fixup/table_vs_first.py --save /tmp/first.npz
+  WORKBENCH_AUTOTUNE=table timeout 150 python3 data/bench/chunk_gla_o_fixup/table_vs_first.py --save /tmp/table.npz
+  python3 data/bench/chunk_gla_o_fixup/table_vs_first.py --compare /tmp/first.npz /tmp/table.npz | tee $OUT/table_vs_first.txt ;;
 memcheck)  # every chunk_gla path (scripts/every_path.py) under compute-sanitizer
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   XLA_PYTHON_CLIENT_ALLOCATOR=platform WORKBENCH_AUTOTUNE=off timeout 300 $CS --tool memcheck --print-limit 20 \
