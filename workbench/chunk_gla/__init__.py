@@ -197,9 +197,9 @@ def _state_sweep(x, y, a, init, cu, bounds, static: _Static, tune, *, reverse: b
     chunk starts) or, with `reverse`, of the backward one (gla.7: x, y = q, do; init = dH at the end; states =
     dH at chunk ends): one sweep per sequence, or the two-level pass of (gla.13). The states are stored in
     `states_dtype` (rounded from the float32 running state), the final state in float32; without `fix` the
-    two-level pass returns them before its fix-up (`_Unfixed`), for the o kernel to fix. The sweep forms the
-    gate's cumulative sums b (gla.3) from the log-decay a as it goes and returns them, float32, zeros without a
-    gate: every row [TT, H, K], or where `_b_local` only b_L by chunk slot [NS, H, K]."""
+    two-level pass returns them before its fix-up (`_Unfixed`), for their reader (the o or the dv kernel) to fix.
+    The sweep forms the gate's cumulative sums b (gla.3) from the log-decay a as it goes and returns them, float32,
+    zeros without a gate: every row [TT, H, K], or where `_b_local` only b_L by chunk slot [NS, H, K]."""
     TT, H, _ = x.shape
     K, V, BK = _dims(x, y)
     N = cu.shape[0] - 1

@@ -1,8 +1,9 @@
 """The two-level state pass's fix-up (NOTES.md, gla.13): the segments' local states, from
 `kernels.chunk_segment_sweep_kernel`, plus the parts their true entering states contribute. `fixed_state` is the
-one expression of it, used by `chunk_state_fixup_kernel` (in parallel over each segment's chunks; not autotuned,
-a fixed launch: `workbench.chunk_gla._state_sweep`) and by the forward's o kernel, which fixes each chunk's state
-where it reads it."""
+one expression of it, used where the states are read — by the o kernel (forward) and the dv kernel (backward),
+through `fixed_slot_state` — and by `chunk_state_fixup_kernel` (in parallel over each segment's chunks; not
+autotuned, a fixed launch: `workbench.chunk_gla._state_sweep`) for the states that `Tuning(residuals="recompute")`
+forms again."""
 import triton
 import triton.language as tl
 

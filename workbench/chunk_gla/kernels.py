@@ -7,8 +7,8 @@ arrives as one array `gk` (the glue folds g into it, NOTES.md (gla.1)).
 
 forward: `chunk_h_kernel` (the sweep, gla.4) or the two-level pass (gla.13: `chunk_segment_sweep_kernel`, the
 state pass, and the fix-up inside `chunk_o_kernel`), `chunk_a_kernel` (A of the chunks that are not direct,
-gla.12), `chunk_o_kernel` (gla.5). backward: `chunk_dh_kernel` (gla.7) or its two-level pass with
-`fixup_kernels.chunk_state_fixup_kernel`, `chunk_dv_kernel` (gla.8), `chunk_dqk_intra_kernel` and
+gla.12), `chunk_o_kernel` (gla.5). backward: `chunk_dh_kernel` (gla.7) or its two-level pass (the fix-up inside
+`chunk_dv_kernel`), `chunk_dv_kernel` (gla.8), `chunk_dqk_intra_kernel` and
 `chunk_dqkg_kernel` (gla.9, gla.10). Each kernel's docstring says what it does; NOTES.md, "How the kernels split
 the work", why so.
 
