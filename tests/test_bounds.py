@@ -137,6 +137,29 @@ def test_the_slot_table_of_numpy_bounds_equals_the_traced_ones(bounds, chunk_siz
         assert h.dtype == t.dtype and np.array_equal(h, np.asarray(t)), (name, bounds, chunk_size)
 
 
+@fewer_examples(30, minimum=10)
+@given(bounds=cu_seqlens(max_total=300, max_seqs=6), chunk_size=st.sampled_from([16, 32, 64]),
+       n_seg=st.sampled_from([1, 2, 3, 8]))
+def test_segment_rows_name_each_chunks_segment(bounds, chunk_size, n_seg):
+    """`segment_rows` (the autotuner's stand-in for what the two-level sweeps store by slot): sequence n's chunk c
+    is in segment j = the run of ⌈chunks / n_seg⌉ holding it (`tl_chunked.segment_chunks`), row n · n_seg + j, a
+    row of the [N · n_seg] buffers; unused slots 0. NumPy and traced bounds agree (packed sequences with empty
+    ones)."""
+    cu = np.asarray(bounds, np.int32)
+    total, N = int(cu[-1]), len(cu) - 1
+    want = np.zeros(total // chunk_size + N + 1, np.int32)
+    for n in range(N):
+        chunks = -(-(int(cu[n + 1]) - int(cu[n])) // chunk_size)
+        per = -(-chunks // n_seg)
+        for j in range(n_seg):
+            for c in range(min(j * per, chunks), min(j * per + per, chunks)):
+                want[int(cu[n]) // chunk_size + n + c] = n * n_seg + j
+    host = _bounds.segment_rows(cu, total, chunk_size, n_seg)
+    traced = jax.jit(_bounds.segment_rows, static_argnums=(1, 2, 3))(jnp.asarray(cu), total, chunk_size, n_seg)
+    assert np.array_equal(host, want) and np.array_equal(np.asarray(traced), want), (bounds, chunk_size, n_seg)
+    assert host.max(initial=0) < N * n_seg
+
+
 @pytest.mark.parametrize("op", ["chunk_gla", "chunk_kda"])
 def test_a_fixed_length_batch_holds_its_slot_table_as_a_constant(op):
     """Without `cu_seqlens` the bounds are arange(B+1)·T, known when the op is traced: the lowered forward and
