@@ -184,6 +184,14 @@ class _Unfixed(typing.NamedTuple):
     seg: jax.Array
 
 
+def _for_reader(states):
+    """`_state_sweep`'s states as `chunk_o_kernel` and `chunk_dv_kernel` take them: (the states array, the FIXUP
+    arrays (entering states, D_c, segment rows) or Nones, whether the reader fixes the states itself)."""
+    if isinstance(states, _Unfixed):
+        return states.local, (states.starts, states.dec, states.seg), True
+    return states, (None, None, None), False
+
+
 def _segments(static: _Static, N: int, H: int, TT: int) -> int:
     """Segments per sequence of the state sweeps: `Tuning.segments`, or `state_segments`' choice."""
     if static.tuning.segments is not None:
@@ -296,10 +304,9 @@ def _forward(q, k, v, a, h0, cu, static: _Static, save: bool):
     # two-level pass's states are fixed by the o kernel, which stores them only for a backward
     ht, hs, b = _state_sweep(k, v, a, h0, cu, bounds, static, tune, reverse=False, states_dtype=v.dtype, fix=False)
     A = _a(q, k, a, b, bounds, static)
-    unfixed = isinstance(hs, _Unfixed)
-    fixup = (hs.starts, hs.dec, hs.seg) if unfixed else (None, None, None)
+    hs, fixup, unfixed = _for_reader(hs)
     o, hs_out = triton_call(
-        q, k, v, a, b, hs.local if unfixed else hs, A, bounds, *fixup, kernel=kernels.chunk_o_kernel,
+        q, k, v, a, b, hs, A, bounds, *fixup, kernel=kernels.chunk_o_kernel,
         out_shape=[jax.ShapeDtypeStruct(v.shape, v.dtype),
                    jax.ShapeDtypeStruct((NS, H, K, V) if unfixed and save else (1,), v.dtype)],
         grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H), tune_inputs=tune, name="workbench_chunk_gla_o",
@@ -334,10 +341,9 @@ def _backward(q, k, v, a, h0, residuals, cu, do, dht, static: _Static):
     # covers where that differs from the forward's b (gla.12, `kernels._split_slots`)
     # (gla.13) the two-level pass's dH is fixed by the dv kernel, which stores it back in place for dqkg
     dh0, dhs, b = _state_sweep(q, do, a, dht, cu, bounds, static, tune, reverse=True, fix=False)
-    unfixed = isinstance(dhs, _Unfixed)
-    fixup = (dhs.starts, dhs.dec, dhs.seg) if unfixed else (None, None, None)
+    dhs, fixup, unfixed = _for_reader(dhs)
     dv, dhs_out = triton_call(
-        q, k, do, a, b, A, dhs.local if unfixed else dhs, bounds, *fixup, kernel=kernels.chunk_dv_kernel,
+        q, k, do, a, b, A, dhs, bounds, *fixup, kernel=kernels.chunk_dv_kernel,
         out_shape=[jax.ShapeDtypeStruct(v.shape, v.dtype),
                    jax.ShapeDtypeStruct((NS, H, K, V) if unfixed else (1,), f32)],
         input_output_aliases={6: 1} if unfixed else {}, grid=lambda meta: (triton.cdiv(V, meta["BV"]), NS, H),
