@@ -7,8 +7,8 @@ mkdir -p /tmp/main && tar xzf .devcache/main.tgz -C /tmp/main
 nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/gpu.txt
 case "$1" in
 tune)  # the segment sweep (changed) and the o kernel (its two-level form is new) over the sweep's shapes, bf16
-  timeout 300 python3 -m workbench tune --write-table --op chunk_gla \
-    --kernels ${KERNELS:-chunk_segment_sweep_kernel,chunk_o_kernel} --shapes ${TUNE_SHAPES:-sweep} --dtypes bfloat16 > $OUT/tune.log 2>&1
+  timeout ${TUNE_S:-300} python3 -m workbench tune --write-table --op chunk_gla \
+    --kernels ${KERNELS:-chunk_segment_sweep_kernel,chunk_o_kernel} --shapes ${TUNE_SHAPES:-sweep} --dtypes ${DTYPES:-bfloat16} > $OUT/tune.log 2>&1
   tail -5 $OUT/tune.log; cp workbench/tuning/NVIDIA_H200.json $OUT/ ;;
 tests)
   XLA_PYTHON_CLIENT_ALLOCATOR=platform WORKBENCH_AUTOTUNE=off timeout -s INT 250 \
