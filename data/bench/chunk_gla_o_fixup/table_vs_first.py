@@ -1,4 +1,4 @@
-"""chunk_gla's outputs and gradients with the tuning table's configs against those with each kernel's first config
+"""An op's outputs and gradients (chunk_gla, or chunk_kda with --op) with the tuning table's configs against those with each kernel's first config
 (the one the GPU tests run, `WORKBENCH_AUTOTUNE=off`), on the bench's inputs:
 
     WORKBENCH_AUTOTUNE=off   python table_vs_first.py --save /tmp/first.npz
@@ -10,10 +10,11 @@ import argparse
 
 import numpy as np
 
-SHAPES = ("B=8,T=4096,H=16,K=64,V=64", "B=1,T=65536,H=16,K=64,V=64")
+SHAPES = {"chunk_gla": ("B=8,T=4096,H=16,K=64,V=64", "B=1,T=65536,H=16,K=64,V=64"),
+          "chunk_kda": ("B=8,T=4096,H=16,K=128,V=128", "B=1,T=65536,H=16,K=128,V=128")}
 
 
-def save(path):
+def save(path, op_name):
     import jax
     import jax.numpy as jnp
 
@@ -21,9 +22,9 @@ def save(path):
     from workbench import bench
     from workbench.bench.spec import parse_shape
 
-    op = bench.OPS["chunk_gla"]
+    op = bench.OPS[op_name]
     out = {}
-    for text in SHAPES:
+    for text in SHAPES[op_name]:
         inputs = op.inputs(parse_shape(text), jnp.bfloat16, 0)
         names = list(op.differentiable)
         rest = {n: x for n, x in inputs.items() if n not in names}
@@ -50,5 +51,6 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--save")
     p.add_argument("--compare", nargs=2)
+    p.add_argument("--op", default="chunk_gla", choices=sorted(SHAPES))
     args = p.parse_args()
-    save(args.save) if args.save else compare(*args.compare)
+    save(args.save, args.op) if args.save else compare(*args.compare)
