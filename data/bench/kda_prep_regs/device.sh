@@ -44,14 +44,16 @@ if [ "$1" = profile_ab ]; then
   tail -14 $OUT/profile_main.txt
 fi
 # profile_ablate: the forward at the target with the prep kernel's phases left out one at a time (trees made by
-# ablations.py into .devcache/ablations.tgz), every kernel at its first config (WORKBENCH_AUTOTUNE=off)
+# ablations.py into .devcache/ablations.tgz), every kernel at its first config (WORKBENCH_AUTOTUNE=off); or any
+# other trees: ABL_TGZ (in .devcache), ABLATIONS (their names), AT (the autotune mode, e.g. table)
 if [ "$1" = profile_ablate ]; then
   S=B=8,T=4096,H=16,K=128,V=128
-  mkdir -p /tmp/abl && tar xzf .devcache/ablations.tgz -C /tmp/abl
+  mkdir -p /tmp/abl && tar xzf .devcache/${ABL_TGZ:-ablations.tgz} -C /tmp/abl
   for v in full ${ABLATIONS:-noinv nowu nointra}; do
     dir=$PWD; [ $v = full ] || dir=/tmp/abl/$v
-    (cd $dir && WORKBENCH_AUTOTUNE=off PYTHONPATH=/tmp/t39:$dir timeout 70 python3 scripts/op_profile.py --op chunk_kda \
+    (cd $dir && WORKBENCH_AUTOTUNE=${AT:-off} PYTHONPATH=/tmp/t39:$dir timeout 70 python3 scripts/op_profile.py --op chunk_kda \
       --shape $S --passes forward --copies 4 --iters 5 --reps 5 > $OUT/ablate_$v.txt 2>&1)
-    echo "$v: $(grep -E 'chunk_kda_fwd_prep_kernel$' $OUT/ablate_$v.txt | head -1)"
+    grep -E "device busy" $OUT/ablate_$v.txt | head -1
+    echo "$v: $(grep -E '×  chunk_kda_fwd_prep_kernel$' $OUT/ablate_$v.txt | head -1)"
   done
 fi
