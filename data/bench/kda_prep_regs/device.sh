@@ -45,15 +45,19 @@ if [ "$1" = profile_ab ]; then
 fi
 # profile_ablate: the forward at the target with the prep kernel's phases left out one at a time (trees made by
 # ablations.py into .devcache/ablations.tgz), every kernel at its first config (WORKBENCH_AUTOTUNE=off); or any
-# other trees: ABL_TGZ (in .devcache), ABLATIONS (their names), AT (the autotune mode, e.g. table)
+# other trees: ABL_TGZ (in .devcache), ABLATIONS (their names), AT (the autotune mode, e.g. table), PASSES
+# (forward_backward for a backward kernel) and KERNEL (whose line to print), e.g. the fused backward's phases:
+#   python data/bench/kda_prep_regs/ablations.py /tmp/ablb bwd && tar czf .devcache/ablations_bwd.tgz -C /tmp/ablb .
+#   ABL_TGZ=ablations_bwd.tgz ABLATIONS="no_dAqk no_wyv no_inter no_outputs no_dL" PASSES=forward_backward \
+#     KERNEL=chunk_kda_bwd_wy_dqkg_fused_kernel bash data/bench/kda_prep_regs/device.sh profile_ablate
 if [ "$1" = profile_ablate ]; then
   S=B=8,T=4096,H=16,K=128,V=128
   mkdir -p /tmp/abl && tar xzf .devcache/${ABL_TGZ:-ablations.tgz} -C /tmp/abl
   for v in full ${ABLATIONS:-noinv nowu nointra}; do
     dir=$PWD; [ $v = full ] || dir=/tmp/abl/$v
-    (cd $dir && WORKBENCH_AUTOTUNE=${AT:-off} PYTHONPATH=/tmp/t39:$dir timeout 70 python3 scripts/op_profile.py --op chunk_kda \
-      --shape $S --passes forward --copies 4 --iters 5 --reps 5 > $OUT/ablate_$v.txt 2>&1)
+    (cd $dir && WORKBENCH_AUTOTUNE=${AT:-off} PYTHONPATH=/tmp/t39:$dir timeout ${ABL_TIMEOUT:-70} python3 scripts/op_profile.py --op chunk_kda \
+      --shape $S --passes ${PASSES:-forward} --copies 4 --iters 5 --reps 5 > $OUT/ablate_$v.txt 2>&1)
     grep -E "device busy" $OUT/ablate_$v.txt | head -1
-    echo "$v: $(grep -E '×  chunk_kda_fwd_prep_kernel$' $OUT/ablate_$v.txt | head -1)"
+    echo "$v: $(grep -E "×  ${KERNEL:-chunk_kda_fwd_prep_kernel}\$" $OUT/ablate_$v.txt | head -1)"
   done
 fi
