@@ -40,9 +40,11 @@ profile)
       --passes forward,forward_backward --copies 4 > $OUT/profile_${shape//[=,]/_}.txt 2>&1
     tail -30 $OUT/profile_${shape//[=,]/_}.txt
   done ;;
-validate)  # the table's configs against the first ones (those the GPU tests run), at the target and B1 T64k
-  WORKBENCH_AUTOTUNE=off timeout 200 python3 data/bench/chunk_gla_o_fixup/table_vs_first.py --op $OP --save /tmp/first.npz
-  WORKBENCH_AUTOTUNE=table timeout 200 python3 data/bench/chunk_gla_o_fixup/table_vs_first.py --op $OP --save /tmp/table.npz
+validate)  # the table's configs against the first ones (those the GPU tests run), at the target and B1 T64k, in DTYPE
+  WORKBENCH_AUTOTUNE=off timeout 200 python3 data/bench/chunk_gla_o_fixup/table_vs_first.py --op $OP \
+    --dtype ${DTYPE:-bfloat16} --save /tmp/first.npz
+  WORKBENCH_AUTOTUNE=table timeout 200 python3 data/bench/chunk_gla_o_fixup/table_vs_first.py --op $OP \
+    --dtype ${DTYPE:-bfloat16} --save /tmp/table.npz
   python3 data/bench/chunk_gla_o_fixup/table_vs_first.py --compare /tmp/first.npz /tmp/table.npz | tee $OUT/table_vs_first.txt ;;
 memcheck)  # every path of the op (scripts/every_path.py) under compute-sanitizer
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

@@ -1,5 +1,6 @@
-"""An op's outputs and gradients (chunk_gla, or chunk_kda with --op) with the tuning table's configs against those with each kernel's first config
-(the one the GPU tests run, `WORKBENCH_AUTOTUNE=off`), on the bench's inputs:
+"""An op's outputs and gradients (chunk_gla, or chunk_kda with --op; bfloat16 inputs, or --dtype) with the tuning
+table's configs against those with each kernel's first config (the one the GPU tests run, `WORKBENCH_AUTOTUNE=off`),
+on the bench's inputs:
 
     WORKBENCH_AUTOTUNE=off   python table_vs_first.py --save /tmp/first.npz
     WORKBENCH_AUTOTUNE=table python table_vs_first.py --save /tmp/table.npz
@@ -14,7 +15,7 @@ SHAPES = {"chunk_gla": ("B=8,T=4096,H=16,K=64,V=64", "B=1,T=65536,H=16,K=64,V=64
           "chunk_kda": ("B=8,T=4096,H=16,K=128,V=128", "B=1,T=65536,H=16,K=128,V=128")}
 
 
-def save(path, op_name):
+def save(path, op_name, dtype="bfloat16"):
     import jax
     import jax.numpy as jnp
 
@@ -25,7 +26,7 @@ def save(path, op_name):
     op = bench.OPS[op_name]
     out = {}
     for text in SHAPES[op_name]:
-        inputs = op.inputs(parse_shape(text), jnp.bfloat16, 0)
+        inputs = op.inputs(parse_shape(text), jnp.dtype(dtype), 0)
         names = list(op.differentiable)
         rest = {n: x for n, x in inputs.items() if n not in names}
 
@@ -52,5 +53,6 @@ if __name__ == "__main__":
     p.add_argument("--save")
     p.add_argument("--compare", nargs=2)
     p.add_argument("--op", default="chunk_gla", choices=sorted(SHAPES))
+    p.add_argument("--dtype", default="bfloat16", help="the inputs' dtype (float16, float32: their table entries)")
     args = p.parse_args()
-    save(args.save, args.op) if args.save else compare(*args.compare)
+    save(args.save, args.op, args.dtype) if args.save else compare(*args.compare)
