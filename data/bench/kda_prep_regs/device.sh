@@ -10,6 +10,10 @@
 #   python data/bench/kda_prep_regs/ablations.py /tmp/ablb bwd && tar czf .devcache/ablations_bwd.tgz -C /tmp/ablb .
 #   ABL_TGZ=ablations_bwd.tgz ABLATIONS="no_dAqk no_wyv no_inter no_outputs no_dL" PASSES=forward_backward \
 #     KERNEL=chunk_kda_bwd_wy_dqkg_fused_kernel bash data/bench/kda_prep_regs/device.sh profile_ablate
+# and the intra backward's phases, at the table's configs (the ablated kernel tuned at its first call):
+#   python data/bench/kda_prep_regs/ablations.py /tmp/abli intra && tar czf .devcache/ablations_intra.tgz -C /tmp/abli .
+#   ABL_TGZ=ablations_intra.tgz ABLATIONS="no_in no_mats no_products no_exps" PASSES=forward_backward AT=table \
+#     ABL_TIMEOUT=150 KERNEL=chunk_kda_bwd_intra_kernel bash data/bench/kda_prep_regs/device.sh profile_ablate
 set -x
 source .devcache/env.sh
 mkdir -p /tmp/main && tar xzf .devcache/main.tgz -C /tmp/main
@@ -31,4 +35,6 @@ if [ "$1" = profile_ablate ]; then
     grep -E "device busy" $OUT/ablate_$v.txt | head -1
     echo "$v: $(grep -E "×  ${KERNEL:-chunk_kda_fwd_prep_kernel}\$" $OUT/ablate_$v.txt | head -1)"
   done
+  # one file back, not one per tree (the device tool returns a limited count of files)
+  (cd $OUT && tar czf ablate_${ABL_TGZ:-ablations.tgz} ablate_*.txt && rm ablate_*.txt)
 fi
