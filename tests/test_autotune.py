@@ -850,7 +850,7 @@ def _stub_table_builder(monkeypatch, tmp_path, times, stop=None):
     H and K as a kernel launch would, timed by `Timer(times)`; `stop` = (K, exception): that head dim raises it."""
     from workbench.bench import tune
 
-    def run_once(op, shape, dtype, seed):
+    def run_once(op, shape, dtype, seed, passes):
         if stop is not None and shape["K"] == stop[0]:
             raise stop[1]
         store = autotune.Store(autotune.cache_dir() / "autotune")
@@ -907,6 +907,50 @@ def test_the_table_builder_says_each_choice_its_time_the_next_best_and_what_the_
     assert "the table (table) had BV=16 w4 s2: 2.000 ms here" in lines["32"]
     assert "the table's (table) too" in lines["64"]
     assert "the table had none" in lines["128"]  # no entry at K=128, and K is not a size the nearest may stand in for
+
+
+def test_the_table_builder_runs_the_passes_asked_for(tmp_path, monkeypatch):
+    """`--passes`: each shape's run gets the passes asked for (both by default), and `_run_once` runs those and no
+    other: the forward alone for a kernel only the forward launches, so its tune does not compile the backward.
+    An unknown or empty list is a ValueError naming the argument before anything runs."""
+    from workbench.bench import tune
+
+    seen = []
+    run_once = tune._run_once
+    monkeypatch.setattr(tune.launch, "INTERPRET", False)
+    monkeypatch.setattr(tune, "_run_once", lambda op, shape, dtype, seed, passes: seen.append(tuple(passes)))
+    monkeypatch.setenv(autotune.CACHE_VAR, str(tmp_path / "user"))
+    folder = tmp_path / "table"
+    tune.write_table(["recurrent"], ["target"], head_dims=[32], folder=folder)
+    tune.write_table(["recurrent"], ["target"], head_dims=[32, 64], passes=["forward"], folder=folder)
+    assert seen == [("forward", "forward_backward"), ("forward",), ("forward",)]
+    for bad in (["forward", "backward"], []):
+        with pytest.raises(ValueError, match=r"--passes: expected a non-empty list of forward, forward_backward"):
+            tune.write_table(["recurrent"], ["target"], passes=bad, folder=folder)
+    assert len(seen) == 3
+
+    ran = []
+
+    class Calls:
+        def forward(self):
+            ran.append("forward")
+            return jnp.zeros(3)
+
+        def forward_backward(self):
+            ran.append("forward_backward")
+            return jnp.zeros(3)
+
+        def block(self, out):
+            return out
+
+    monkeypatch.setattr(tune, "jax_calls", lambda op, implementation, inputs, cotangents: Calls())
+    op = tune.OPS["recurrent"]
+    shape = op.shape_sets["tiny"][0]
+    run_once(op, shape, "float32", 0, ("forward",))
+    assert ran == ["forward", "forward"]  # the first: the reference's, traced for the cotangents' shapes
+    ran.clear()
+    run_once(op, shape, "float32", 0)
+    assert ran == ["forward", "forward", "forward_backward"]
 
 
 def test_the_table_builder_keeps_the_shapes_it_finished_when_stopped(tmp_path, monkeypatch):

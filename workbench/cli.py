@@ -215,6 +215,9 @@ def _tune_parser(subparsers) -> None:
                         "choices, as after a change to those kernels alone")
     p.add_argument("--T", type=_int_list, metavar="LIST",
                    help="only the sets' shapes with these sequence lengths, a comma list (e.g. 65536)")
+    p.add_argument("--passes", default="forward,forward_backward", metavar="LIST",
+                   help="which passes run at each shape, a comma list of forward, forward_backward (default both); "
+                        "forward alone times the kernels only the forward launches without compiling the backward")
     p.add_argument("--folder", type=Path, metavar="DIR", help="table folder (default the package's workbench/tuning)")
     p.set_defaults(run=_tune)
 
@@ -226,6 +229,7 @@ def _tune(args: argparse.Namespace, command: str) -> int:
         path = tune.write_table(args.op or list(bench.OPS), [s for s in args.shapes.split(",") if s],
                                 dtypes=[d for d in args.dtypes.split(",") if d], head_dims=args.head_dims,
                                 kernels=[k for k in args.kernels.split(",") if k], tokens=args.T,
+                                passes=[p for p in args.passes.split(",") if p],
                                 **({"folder": args.folder} if args.folder else {}))
     except bench.Refused as exc:
         print(f"workbench tune: refused: {exc}", file=sys.stderr)

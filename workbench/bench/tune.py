@@ -32,6 +32,7 @@ from .. import autotune, launch, testing, tuning_table
 from .records import Refused
 from .specs import OPS
 from .timing import jax_calls, say
+from .traffic import PASSES
 
 
 def shapes_of(op_name: str, shape_sets: Sequence[str], head_dims: Sequence[int] = (),
@@ -71,11 +72,16 @@ def choices_only_cache(fresh: Path, shared: Path) -> Path:
 
 def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequence[str] = (),
                 head_dims: Sequence[int] = (), kernels: Sequence[str] = (), tokens: Sequence[int] | None = None,
-                folder: Path = tuning_table.FOLDER) -> Path:
+                passes: Sequence[str] = PASSES, folder: Path = tuning_table.FOLDER) -> Path:
     """Tune, then merge into this device's table file; returns its path. `kernels`: only these are timed again
     (`WORKBENCH_AUTOTUNE_REFRESH`); the others take the table's choices (timed only where it has none). `tokens`:
-    only the shapes with these sequence lengths (`--T`; checked before anything runs). A name
+    only the shapes with these sequence lengths (`--T`; checked before anything runs). `passes`: which of the op's
+    forward and forward+backward run at each shape (`--passes`; both by default: the forward alone suffices to
+    time kernels that only the forward launches, and skips compiling the backward). A name
     that none of the runs launched is a ValueError after the run (the choices made are merged, shape by shape)."""
+    unknown_passes = [p for p in passes if p not in PASSES]
+    if unknown_passes or not passes:
+        raise ValueError(f"--passes: expected a non-empty list of {', '.join(PASSES)}, got {list(passes)}")
     if launch.INTERPRET:
         raise Refused("no CUDA GPU: the interpreter times nothing, and a table is a GPU's choices")
     unknown = sorted(set(ops) - set(OPS))
@@ -98,7 +104,7 @@ def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequen
                     for i, shape in enumerate(plan[op_name]):
                         where = f"{op_name} {dtype} {' '.join(f'{k}={v}' for k, v in shape.items())}"
                         try:
-                            _run_once(op, shape, dtype, i)
+                            _run_once(op, shape, dtype, i, passes)
                         except Exception as exc:  # noqa: BLE001  one shape that cannot run costs only its entries
                             failed.append(f"{where}: {type(exc).__name__}: {str(exc)[:300]}")
                             say(f"[{time.perf_counter() - start:7.1f} s] {where}: FAILED ({failed[-1]})")
@@ -198,11 +204,12 @@ class ShapesFailed(RuntimeError):
         self.path, self.failed = path, list(failed)
 
 
-def _run_once(op, shape, dtype: str, seed: int) -> None:
-    """The op's Triton forward and forward+backward once at `shape` (every kernel they launch is tuned)."""
+def _run_once(op, shape, dtype: str, seed: int, passes: Sequence[str] = PASSES) -> None:
+    """The op's Triton forward and (or) forward+backward once at `shape`: every kernel they launch is tuned."""
     inputs = op.inputs(shape, jnp.dtype(dtype), seed)
     forward = jax_calls(op, "reference", inputs, []).forward
     cotangents = testing.random_cotangents(1000 + seed, jax.eval_shape(forward))
     calls = jax_calls(op, "triton", inputs, cotangents)
-    calls.block(calls.forward())
-    calls.block(calls.forward_backward())
+    for pass_ in PASSES:
+        if pass_ in passes:
+            calls.block(getattr(calls, pass_)())
