@@ -1,12 +1,19 @@
-# A tree of the package (workbench/, scripts/ of HEAD) with gather_x.patch applied, packed for the device as
-# .devcache/bwd_variants.tgz; then, carrying .devcache (first configs on both sides, the kernel's line printed):
+# Trees of the package (workbench/, scripts/, tests/ of HEAD) with this folder's patches applied, packed for the device
+# as .devcache/bwd_variants.tgz (gather_x; whole_in_fused; both); then, carrying .devcache (first configs on both
+# sides, the fused kernel's line printed):
 #   ABL_TGZ=bwd_variants.tgz ABLATIONS=gather_x PASSES=forward_backward \
 #     KERNEL=chunk_kda_bwd_wy_dqkg_fused_kernel bash data/bench/kda_prep_regs/device.sh profile_ablate
 set -e
 root=$(git rev-parse --show-toplevel)
 out=${1:-/tmp/kda_bwd_variants}
-rm -rf "$out" && mkdir -p "$out/gather_x" "$root/.devcache"
-git -C "$root" archive HEAD workbench scripts | tar x -C "$out/gather_x"
-(cd "$out/gather_x" && patch -p1 -s --no-backup-if-mismatch < "$root/data/bench/kda_bwd_next/gather_x.patch")
+rm -rf "$out" && mkdir -p "$root/.devcache"
+variant() {  # name, then the patches it applies in order
+  local name=$1; shift
+  mkdir -p "$out/$name" && git -C "$root" archive HEAD workbench scripts tests | tar x -C "$out/$name"
+  for p in "$@"; do (cd "$out/$name" && patch -p1 -s --no-backup-if-mismatch < "$root/data/bench/kda_bwd_next/$p.patch"); done
+}
+variant gather_x gather_x
+variant whole_in_fused whole_in_fused
+variant both gather_x whole_in_fused
 tar czf "$root/.devcache/bwd_variants.tgz" -C "$out" .
 echo "$root/.devcache/bwd_variants.tgz: $(ls $out)"
