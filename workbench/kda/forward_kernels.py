@@ -34,13 +34,13 @@ LOG2_BC = tl.constexpr(SUB_CHUNK.bit_length() - 1)  # BC = 2^LOG2_BC
 
 @triton.jit
 def _invert_unit_lower(b_L, INV_DOT: tl.constexpr):
-    """(kda.5b) (I + L)⁻¹ of a strictly lower [BC, BC] tile as a product: with N = −L (nilpotent,
-    N^BC = 0), (I + L)⁻¹ = Σ_{k<BC} N^k = (I + N)(I + N²)(I + N⁴)(I + N⁸) for BC = 16, in six
+    """(kda.5b) (I + L)⁻¹ of a batch of strictly lower [BC, BC] tiles (b_L [NB, BC, BC]) as a product: with
+    N = −L (nilpotent, N^BC = 0), (I + L)⁻¹ = Σ_{k<BC} N^k = (I + N)(I + N²)(I + N⁴)(I + N⁸) for BC = 16, in six
     full-float32 products. Row-by-row substitution took two dependent cross-thread reductions per row
     (0.30 ms of the kernel's 1.23 at the target shape on an H200; this: 0.10)."""
     o_c = tl.arange(0, BC)
     b_N = -b_L
-    b_X = tl.where(o_c[:, None] == o_c[None, :], 1.0, 0.0) + b_N  # Σ_{k<2} N^k
+    b_X = tl.where(o_c[:, None] == o_c[None, :], 1.0, 0.0)[None, :, :] + b_N  # Σ_{k<2} N^k
     b_P = b_N
     for _ in tl.static_range(1, LOG2_BC):
         b_P = tl.dot(b_P, b_P, input_precision=INV_DOT)  # N^(2^i)
@@ -172,22 +172,29 @@ def _intra(q, k, b, beta, A, Aqk, start, end, i_h, scale: tl.constexpr, H: tl.co
                 tl.store(A + p_i + own0 + o_c[None, :], b_L_own, mask=m_i[:, None])
     tl.debug_barrier()  # L is read back below by other threads of this program
 
-    # (kda.5) block row i of A: D_i (E_i − Σ_{j<i} L_ij A_j), D_i = (I + L_ii)⁻¹, rows of blocks in order
-    # (block rows j < i of the array already hold A, block row i still holds L); full float32, one
-    # [BC, BC] × [BC, BT] product per earlier block
+    # (kda.5b) every diagonal block's D_i = (I + L_ii)⁻¹ at once (a batch of BT / BC blocks), stored over L_ii
+    o_b = tl.arange(0, BT // BC)[:, None, None]
+    rows3 = start + o_b * BC + o_c[None, :, None]
+    p_3 = A + (rows3 * H + i_h) * BT + o_b * BC + o_c[None, None, :]  # [BT / BC, BC, BC]: the diagonal blocks
+    b_D3 = _invert_unit_lower(tl.load(p_3, mask=rows3 < end, other=0.0), INV_DOT)
+    tl.debug_barrier()  # every thread has read its blocks
+    tl.store(p_3, b_D3, mask=rows3 < end)
+    tl.debug_barrier()
+    # (kda.5) block row i of A: D_i (E_i − L_{i,<i} A_{<i}), rows of blocks in order (block rows j < i of the array
+    # already hold A, block row i still holds L and D_i on its diagonal); the sum over j < i as one
+    # [BC, BT] × [BT, BT] product of the row's L left of its diagonal block and the finished rows
     for i_sub in range(0, BT // BC):
-        rows_i = start + i_sub * BC + o_c
+        own0 = i_sub * BC
+        rows_i = start + own0 + o_c
         m_i = rows_i < end
         p_i = A + (rows_i[:, None] * H + i_h) * BT
-        b_D = _invert_unit_lower(tl.load(p_i + i_sub * BC + o_c[None, :], mask=m_i[:, None], other=0.0), INV_DOT)
-        b_Y = tl.where(o_t[None, :] == (o_c + i_sub * BC)[:, None], 1.0, 0.0)  # E_i [BC, BT]
-        for j in range(0, i_sub):
-            rows_j = start + j * BC + o_c
-            m_j = rows_j < end
-            b_Lij = tl.load(p_i + j * BC + o_c[None, :], mask=m_i[:, None] & m_j[None, :], other=0.0)  # [BC, BC]
-            b_Aj = tl.load(A + (rows_j[:, None] * H + i_h) * BT + o_t[None, :], mask=m_j[:, None] & m_t[None, :],
-                           other=0.0)  # [BC, BT] finished rows of A
-            b_Y -= tl.dot(b_Lij, b_Aj, input_precision=INV_DOT)
+        b_D = tl.load(p_i + own0 + o_c[None, :], mask=m_i[:, None], other=0.0)
+        b_Y = tl.where(o_t[None, :] == (o_c + own0)[:, None], 1.0, 0.0)  # E_i [BC, BT]
+        if i_sub > 0:
+            b_L = tl.load(p_i + o_t[None, :], mask=m_i[:, None] & (o_t < own0)[None, :], other=0.0)  # [BC, BT]
+            b_Adone = tl.load(A + (rows[:, None] * H + i_h) * BT + o_t[None, :],
+                              mask=(m_t & (o_t < own0))[:, None] & m_t[None, :], other=0.0)  # [BT, BT] rows < own0
+            b_Y -= tl.dot(b_L, b_Adone, input_precision=INV_DOT)
         tl.store(p_i + o_t[None, :], tl.dot(b_D, b_Y, input_precision=INV_DOT), mask=m_i[:, None])
         tl.debug_barrier()
 
@@ -220,24 +227,25 @@ def _wu(q, k, v, b, beta, A, w, u, qbar, khat, start, end, i_h, scale: tl.conste
     dtype = w.dtype.element_ty
     b_A = load_matrix(A, rows, m_t, i_h, H, BT).to(dtype)
     b_beta = tl.load(beta + rows * H + i_h, mask=m_t, other=0.0).to(tl.float32)
-    for i_k in range(tl.cdiv(K, BV)):  # key columns BV at a time, as the value columns below
-        o_k = i_k * BV + tl.arange(0, BV)
+    # key and value columns BV at a time in one loop (a block past K or V is masked out whole), so that each
+    # step's loads of b, k, q and v are in flight together: the step waits on memory once, not twice
+    for i_c in range(tl.cdiv(tl.maximum(K, V), BV)):
+        o_k = i_c * BV + tl.arange(0, BV)
         m_k = o_k < K
         m_tk = m_t[:, None] & m_k[None, :]
         p_tk = (rows[:, None] * H + i_h) * K + o_k[None, :]
+        o_v = o_k
+        m_v = o_v < V
         b_b = load_tile(b, rows, m_t, i_h, o_k, m_k, H, K)
-        b_eb = exp_e(b_b)
         b_k = load_tile(k, rows, m_t, i_h, o_k, m_k, H, K)
+        b_q = load_tile(q, rows, m_t, i_h, o_k, m_k, H, K)
+        b_vb = tile_rows(v, rows, m_t, i_h, o_v, m_v, H, V).to(tl.float32) * b_beta[:, None]
+        b_eb = exp_e(b_b)
         b_w = tl.dot(b_A, (b_k * b_eb * b_beta[:, None]).to(dtype), input_precision=F32_DOT)  # [BT, BV]
         tl.store(w + p_tk, b_w.to(dtype), mask=m_tk)
         b_khat = b_k * khat_decay(b_b, load_row(b, end - 1, i_h, o_k, m_k, H, K), rows, end)
         tl.store(khat + p_tk, b_khat.to(dtype), mask=m_tk)
-        b_qbar = load_tile(q, rows, m_t, i_h, o_k, m_k, H, K) * b_eb * scale
-        tl.store(qbar + p_tk, b_qbar.to(dtype), mask=m_tk)
-    for i_v in range(tl.cdiv(V, BV)):
-        o_v = i_v * BV + tl.arange(0, BV)
-        m_v = o_v < V
-        b_vb = tile_rows(v, rows, m_t, i_h, o_v, m_v, H, V).to(tl.float32) * b_beta[:, None]
+        tl.store(qbar + p_tk, (b_q * b_eb * scale).to(dtype), mask=m_tk)
         b_u = tl.dot(b_A, b_vb.to(dtype), input_precision=F32_DOT)  # [BT, BV]
         tl.store(u + (rows[:, None] * H + i_h) * V + o_v[None, :], b_u.to(dtype), mask=m_t[:, None] & m_v[None, :])
 
@@ -271,11 +279,10 @@ def chunk_kda_fwd_prep_kernel(q, k, v, g, beta, bounds,  # inputs
         return
     rows = start + tl.arange(0, BT)
     m_t = rows < end
-    for i_k in range(0, tl.cdiv(K, BKC)):
-        o_k = i_k * BKC + tl.arange(0, BKC)
-        m_k = o_k < K
-        tl.store(b + (rows[:, None] * H + i_h) * K + o_k[None, :],
-                 tl.cumsum(load_tile(g, rows, m_t, i_h, o_k, m_k, H, K), axis=0), mask=m_t[:, None] & m_k[None, :])
+    o_kf = tl.arange(0, BK)  # all of K at once: one wait on g's load, not one per key block
+    m_kf = o_kf < K
+    tl.store(b + (rows[:, None] * H + i_h) * K + o_kf[None, :],
+             tl.cumsum(load_tile(g, rows, m_t, i_h, o_kf, m_kf, H, K), axis=0), mask=m_t[:, None] & m_kf[None, :])
     tl.debug_barrier()  # b is read back below by other threads of this program
     _intra(q, k, b, beta, A, Aqk, start, end, i_h, scale, H, K, BT, BK, BKC, F32_DOT, WHOLE_SPAN, INV_DOT)
     _wu(q, k, v, b, beta, A, w, u, qbar, khat, start, end, i_h, scale, H, K, V, BT, BV, F32_DOT)

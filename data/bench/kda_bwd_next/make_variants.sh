@@ -1,4 +1,4 @@
-# Trees of the package (workbench/, scripts/, tests/, docs/ of HEAD) with this folder's patches applied, packed for the device
+# Trees of the package (workbench/, scripts/, tests/, docs/, pyproject.toml of HEAD) with this folder's patches applied, packed for the device
 # as .devcache/bwd_variants.tgz (gather_x; whole_in_fused; dl_tf32x3; all three: dl_tf32x3_over_both.patch is the
 # third made over the first two); then, carrying .devcache (first configs on both sides, the fused kernel's line):
 #   ABL_TGZ=bwd_variants.tgz ABLATIONS=gather_x PASSES=forward_backward \
@@ -9,7 +9,7 @@ out=${1:-/tmp/kda_bwd_variants}
 rm -rf "$out" && mkdir -p "$root/.devcache"
 variant() {  # name, then the patches it applies in order
   local name=$1; shift
-  mkdir -p "$out/$name" && git -C "$root" archive HEAD workbench scripts tests docs | tar x -C "$out/$name"
+  mkdir -p "$out/$name" && git -C "$root" archive HEAD workbench scripts tests docs pyproject.toml | tar x -C "$out/$name"
   for p in "$@"; do (cd "$out/$name" && patch -p1 -s --no-backup-if-mismatch < "$root/data/bench/kda_bwd_next/$p.patch"); done
 }
 variant gather_x gather_x
