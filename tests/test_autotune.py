@@ -506,6 +506,47 @@ def test_traced_call_is_tuned_ahead_on_stand_ins_then_remembered(cache_dir):
     assert launcher.launches[-1]["num_warps"] == 2
 
 
+def test_a_precompiler_gets_every_candidate_before_any_is_timed_and_never_stops_the_tuning(cache_dir):
+    """`autotune.precompiling` (what `workbench tune --compile-workers` installs): called once per tuned key with the
+    launched kernel, the made-up inputs the candidates are timed on and all the candidates, before the first timing;
+    not called where a choice exists (memory, disk) or nothing is timed (`off`); one that raises is a warning and
+    the tuning goes on; gone when its block closes."""
+    launcher, events = Launcher(), []
+
+    def timer(config, run):
+        run()
+        events.append(("timed", config.num_warps))
+        return float(config.num_warps)
+
+    def precompiler(kernel, args, out_shapes, configs, metaparams):
+        assert kernel is recurrent_kernels.recurrent_fwd_kernel
+        assert not any(isinstance(a, jax.core.Tracer) for a in args) and len(out_shapes) == 3
+        assert metaparams["H"] == 2
+        events.append(("precompiled", tuple(c.num_warps for c in configs)))
+
+    call = jax.jit(lambda *xs: _gpu_call(xs, launcher, timer, tune_inputs={"cu_seqlens": CU}))
+    with autotune.precompiling(precompiler):
+        call(*_arrays())
+        assert events[0] == ("precompiled", (1, 2, 4)) and [e[0] for e in events[1:]] == ["timed"] * (len(events) - 1)
+        count = len(events)
+        jax.jit(lambda *xs: _gpu_call(xs, launcher, timer, tune_inputs={"cu_seqlens": CU}))(*_arrays())
+        autotune._CHOICES.clear()
+        jax.jit(lambda *xs: _gpu_call(xs, launcher, timer))(*_arrays())
+        assert len(events) == count  # remembered, then from disk: nothing compiled ahead, nothing timed
+    assert autotune._PRECOMPILERS == []
+
+    def broken(*_):
+        raise RuntimeError("no child could start")
+
+    autotune._CHOICES.clear()
+    for entry in (cache_dir / "autotune").glob("*.json"):
+        entry.unlink()
+    events.clear()
+    with autotune.precompiling(broken), pytest.warns(UserWarning, match="precompiling recurrent_fwd_kernel.*no child"):
+        _gpu_call(_arrays(), launcher, timer)
+    assert [e[0] for e in events] == ["timed"] * len(events) and len(events) >= 3
+
+
 def test_a_traced_integer_without_stand_in_falls_back_with_one_warning(cache_dir):
     launcher = Launcher()
     timer = lambda config, run: pytest.fail("nothing can be timed")  # noqa: E731
@@ -951,6 +992,41 @@ def test_the_table_builder_runs_the_passes_asked_for(tmp_path, monkeypatch):
     ran.clear()
     run_once(op, shape, "float32", 0)
     assert ran == ["forward", "forward", "forward_backward"]
+
+
+def test_the_table_builder_precompiles_with_the_workers_asked_for(tmp_path, monkeypatch, capsys):
+    """`--compile-workers N`: while the shapes run, one precompiler is installed that hands each kernel's
+    candidates to `compile_check.precompile` with N workers and says what it did; none without the option, and
+    none left after the run. A negative or non-integer count is a ValueError naming the argument."""
+    from workbench.bench import tune
+
+    installed, handed = [], []
+
+    def run_once(op, shape, dtype, seed, passes):
+        installed.append(len(autotune._PRECOMPILERS))
+        for precompiler in autotune._PRECOMPILERS:
+            precompiler(recurrent_kernels.recurrent_fwd_kernel, ["args"], ["outs"], _configs(), {"H": 2})
+
+    def precompile(kernel, args, out_shapes, configs, metaparams, *, workers):
+        handed.append((kernel, args, len(configs), workers))
+        return {"compiled": len(configs) - 1, "skipped": 1, "failed": [], "seconds": 1.5}
+
+    monkeypatch.setattr(tune.launch, "INTERPRET", False)
+    monkeypatch.setattr(tune, "_run_once", run_once)
+    monkeypatch.setattr(tune.compile_check, "precompile", precompile)
+    monkeypatch.setenv(autotune.CACHE_VAR, str(tmp_path / "user"))
+    folder = tmp_path / "table"
+    tune.write_table(["recurrent"], ["target"], head_dims=[32], folder=folder)
+    tune.write_table(["recurrent"], ["target"], head_dims=[32, 64], compile_workers=3, folder=folder)
+    assert installed == [0, 1, 1] and autotune._PRECOMPILERS == []
+    n = len(_configs())
+    assert handed == [(recurrent_kernels.recurrent_fwd_kernel, ["args"], n, 3)] * 2
+    said = capsys.readouterr()
+    assert f"recurrent_fwd_kernel: precompiled {n - 1} of {n} candidates (1 on disk already) in 1.5 s with 3 workers" \
+        in said.out + said.err
+    for bad in (-1, 2.0, True):
+        with pytest.raises(ValueError, match="--compile-workers: expected a count"):
+            tune.write_table(["recurrent"], ["target"], compile_workers=bad, folder=folder)
 
 
 def test_the_table_builder_keeps_the_shapes_it_finished_when_stopped(tmp_path, monkeypatch):

@@ -126,3 +126,23 @@ def test_tune_is_refused_without_a_gpu_and_needs_its_flag(capsys):
     assert (sorted(tuning_table.FOLDER.glob("*.json")) if tuning_table.FOLDER.exists() else []) == before
     with pytest.raises(SystemExit):
         cli.main(["tune"])
+
+
+def test_tune_hands_its_options_to_the_table_builder(monkeypatch, tmp_path):
+    """`workbench tune`'s options reach `tune.write_table` as lists and counts (`--compile-workers` included)."""
+    from workbench.bench import tune
+
+    seen = {}
+
+    def write_table(ops, shape_sets, **kw):
+        seen.update(ops=ops, shape_sets=shape_sets, **kw)
+        return tmp_path / "table.json"
+
+    monkeypatch.setattr(tune, "write_table", write_table)
+    assert cli.main(["tune", "--write-table", "--op", "chunk_kda", "--shapes", "target,wide", "--kernels", "a,b",
+                     "--passes", "forward", "--compile-workers", "16", "--dtypes", "float32"]) == 0
+    assert seen["ops"] == ["chunk_kda"] and seen["shape_sets"] == ["target", "wide"]
+    assert (seen["kernels"], seen["passes"], seen["compile_workers"], seen["dtypes"]) == (
+        ["a", "b"], ["forward"], 16, ["float32"])
+    cli.main(["tune", "--write-table", "--op", "recurrent"])
+    assert seen["compile_workers"] == 0

@@ -277,3 +277,46 @@ def test_a_gluon_kernel_compiles_for_hopper_under_its_register_cap():
         assert len(result["failed"]) == 3, result
         for failure in result["failed"]:
             assert "Gluon kernel, which workbench compiles with Triton 3.9 or later" in failure["error"], failure
+
+
+def test_precompiled_candidates_are_what_the_gpu_launcher_loads_instead_of_compiling(tmp_path, monkeypatch):
+    """`precompile` (`workbench tune --compile-workers`): an autotuned kernel's candidates compiled in child
+    processes land in the compiled-kernel store under the very keys `gpu_call.compiled` looks up, so each
+    candidate's launch loads its kernel (none compiled) and gets the PTX the launcher's own compile makes. Kernels
+    already on disk are skipped; with the cache off nothing is compiled."""
+    from workbench import autotune, cache, gpu_call
+    from workbench.recurrent import kernels as recurrent_kernels
+
+    monkeypatch.setenv(cache.CACHE_VAR, str(tmp_path / "cache"))
+    monkeypatch.delenv(cache.MODE_VAR, raising=False)
+    monkeypatch.setattr(gpu_call, "_COMPILED", {})
+    monkeypatch.setattr(gpu_call, "STATS", gpu_call.collections.Counter())
+    H, K, V, N, T = 2, 16, 16, 2, 24
+    f = jax.ShapeDtypeStruct
+    args = (f((1, N * T, H, K), jnp.bfloat16), f((1, N * T, H, K), jnp.bfloat16), f((1, N * T, H, V), jnp.bfloat16),
+            f((1, N * T, H, K), jnp.float32), f(launch.ABSENT_SHAPE, jnp.int8), f((N, H, K, V), jnp.float32),
+            f((N + 1,), jnp.int32))
+    outs = [f((1, N * T, H, V), jnp.bfloat16), f((N, H, K, V), jnp.float32), f((0,), jnp.float32)]
+    meta = dict(scale=0.25, H=H, K=K, V=V, BK=16, CHUNK=recurrent_kernels.CHUNK, REVERSE=False)
+    kernel = recurrent_kernels.recurrent_fwd_kernel
+    configs = autotune.plan(kernel, args, outs, meta, device="NVIDIA H200", versions=autotune.versions()).candidates
+    assert len(configs) >= 2
+
+    first = compile_check.precompile(kernel, args, outs, configs, meta, workers=2, cc=90)
+    assert (first["compiled"], first["skipped"], first["failed"]) == (len(configs), 0, []), first
+    again = compile_check.precompile(kernel, args, outs, configs[:1], meta, workers=2, cc=90)
+    assert (again["compiled"], again["skipped"]) == (0, 1)
+
+    for config in configs:
+        bound = gpu_call.Bound(kernel.fn, args, outs, {**meta, **config.kwargs})
+        _, loaded = gpu_call.compiled(bound, num_warps=config.num_warps, num_stages=config.num_stages,
+                                      num_ctas=config.num_ctas, cc=90, maxnreg=config.maxnreg)
+        # this process interprets Triton: a kernel not found on disk would have failed to compile here
+        assert loaded.name == "recurrent_fwd_kernel" and loaded.num_warps == config.num_warps
+        assert ".target sm_90" in loaded.binary and f".reqntid {32 * config.num_warps}\n" in loaded.binary
+    assert gpu_call.STATS == {"kernels_loaded": len(configs)}  # none compiled by the launcher
+
+    monkeypatch.setenv(cache.MODE_VAR, "off")
+    assert compile_check.precompile(kernel, args, outs, configs, meta, workers=2, cc=90)["compiled"] == 0
+    with pytest.raises(ValueError, match="store: a folder exactly when last='store'"):
+        compile_check.compile_all([{"module": "m"}], last="store", store=None)

@@ -48,6 +48,7 @@ tests/test_autotune.py can drive them on a CPU with stub timers and launchers.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import math
@@ -78,6 +79,22 @@ kind's table: `tuning_table.SIBLINGS`), `tuned`, `chosen_first` (WORKBENCH_AUTOT
 CHOSEN: dict[str, dict[str, Any]] = {}  # this process's choices by key (first seen): kernel, key values, config, source
 
 _LOCK = threading.Lock()
+_PRECOMPILERS: list[Callable[..., Any]] = []
+
+
+@contextlib.contextmanager
+def precompiling(precompiler: Callable[..., Any]):
+    """Call `precompiler(kernel, args, out_shapes, configs, metaparams)` before the candidates of a call are timed
+    (`kernel` the launched autotuner, `args` the made-up inputs they are timed on, `configs` the candidates; two
+    or more): a harness compiles them there all at once (`workbench tune --compile-workers`:
+    `compile_check.precompile`, child processes), so that each timing loads its kernel from disk instead of
+    compiling it in turn. The launcher does not know who compiles. Precompilers nest; one that raises is a
+    warning, and the candidates are compiled as they are timed."""
+    _PRECOMPILERS.append(precompiler)
+    try:
+        yield precompiler
+    finally:
+        _PRECOMPILERS.remove(precompiler)
 
 
 # ----------------------------------------------------------------------------- environment
@@ -475,6 +492,14 @@ def call(args: Sequence[Any], *, kernel, out_shapes, grid, name, zeroed_outputs,
 
                     return time_on_device(lambda xs: launch_with(config, xs), inputs)
 
+                if len(p.candidates) > 1:
+                    for precompiler in list(_PRECOMPILERS):
+                        try:
+                            precompiler(kernel, inputs, out_shapes, p.candidates, metaparams)
+                        except Exception as exc:  # noqa: BLE001  compiling one by one is the fallback
+                            warnings.warn(f"autotune: precompiling {p.key['kernel']}'s candidates failed "
+                                          f"({type(exc).__name__}: {str(exc)[:300]}); each compiles as it is timed",
+                                          stacklevel=3)
                 choice = book.tune(p.key, p.candidates, time_config)
         if choice is None:
             with _LOCK:

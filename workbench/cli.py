@@ -218,6 +218,9 @@ def _tune_parser(subparsers) -> None:
     p.add_argument("--passes", default="forward,forward_backward", metavar="LIST",
                    help="which passes run at each shape, a comma list of forward, forward_backward (default both); "
                         "forward alone times the kernels only the forward launches without compiling the backward")
+    p.add_argument("--compile-workers", type=int, default=0, metavar="N",
+                   help="compile each kernel's candidates at once in N child processes before timing them "
+                        "(default 0: each compiles as it is timed)")
     p.add_argument("--folder", type=Path, metavar="DIR", help="table folder (default the package's workbench/tuning)")
     p.set_defaults(run=_tune)
 
@@ -230,6 +233,7 @@ def _tune(args: argparse.Namespace, command: str) -> int:
                                 dtypes=[d for d in args.dtypes.split(",") if d], head_dims=args.head_dims,
                                 kernels=[k for k in args.kernels.split(",") if k], tokens=args.T,
                                 passes=[p for p in args.passes.split(",") if p],
+                                compile_workers=args.compile_workers,
                                 **({"folder": args.folder} if args.folder else {}))
     except bench.Refused as exc:
         print(f"workbench tune: refused: {exc}", file=sys.stderr)

@@ -14,7 +14,11 @@ imports workbench with compiled (not interpreted) Triton: the same compile the G
 cubin (Triton's compiler and `ptxas` need no GPU). What it cannot see: run-time faults and the resource
 limits of the real device (shared memory per block is checked at launch).
 
-    python -m workbench.compile_check specs.json [STAGE [SASS_DIR]]   # the child: one JSON line per failure
+The same children serve `workbench tune --compile-workers` on a GPU machine: `precompile` compiles a tuning's
+candidates to PTX all at once, into the compiled-kernel store under the keys `gpu_call.compiled` looks up, before
+the autotuner times them one by one (`autotune.precompiling`, which the harness installs).
+
+    python -m workbench.compile_check specs.json [STAGE [SASS_DIR | STORE]]   # the child: one JSON line per failure
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 CAPABILITY = 90  # Hopper (H100, H200)
+PRECOMPILE_TIMEOUT = 300.0  # seconds for one kernel's candidates (`precompile`); past it the tuner compiles them
 SHARED_LIMIT = 232448  # bytes of shared memory one block may ask on an H100 or H200 (227 KiB); more fails to launch
 
 
@@ -119,7 +124,49 @@ def _compile_one(spec: Mapping[str, Any], last: str):
 
     return compiler.compile_kernel(_function(spec), spec["signature"], spec["constexprs"],
                                    num_warps=spec["num_warps"], num_stages=spec["num_stages"],
-                                   capability=CAPABILITY, last=last, maxnreg=spec.get("maxnreg"))
+                                   num_ctas=spec.get("num_ctas", 1), capability=spec.get("capability", CAPABILITY),
+                                   last=last, maxnreg=spec.get("maxnreg"))
+
+
+def precompile(kernel, args: Sequence[Any], out_shapes: Sequence[Any], configs: Sequence[Any],
+               metaparams: Mapping[str, Any], *, workers: int, cc: int | None = None,
+               folder: str | None = None) -> dict[str, Any]:
+    """Compile an autotuned `kernel` (the launched autotuner, a module attribute) under each of `configs` to PTX in
+    up to `workers` child processes, into the compiled-kernel store (`<cache>/kernels/`, `workbench.cache`) under
+    the key `gpu_call.compiled` looks up: the autotuner's timings then load each candidate instead of compiling
+    them one after another (`workbench tune --compile-workers`, through `autotune.precompiling`). `args` and
+    `out_shapes` as the launch binds them (arrays: only shapes and dtypes are read); `cc`: the compute capability
+    (default the first GPU's). Kernels already on disk are skipped; with the cache `off` nothing is done.
+    Returns `compile_all`'s summary with "skipped"; a config that fails here is only reported (its launch
+    compiles it again and fails where the tuner counts it)."""
+    import jax
+
+    from . import cache, gpu_call, signature
+
+    if cache.mode() == "off":
+        return {"compiled": 0, "failed": [], "resources": [], "seconds": 0.0, "skipped": len(configs)}
+    tuner, _, fn = signature.unwrap(kernel)
+    cc = gpu_call.capability() if cc is None else int(cc)
+    store = cache.Store(cache.cache_dir() / "kernels")
+    module, attribute = _kernel_address(kernel, fn)
+    values = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) if signature.is_array(a) else a for a in args]
+    specs, skipped = [], 0
+    for config in configs:
+        bound = gpu_call.Bound(tuner.fn, values, out_shapes, {**metaparams, **config.kwargs})
+        key = gpu_call.kernel_key(bound, num_warps=config.num_warps, num_stages=config.num_stages,
+                                  num_ctas=config.num_ctas, cc=cc, maxnreg=config.maxnreg)
+        if store.read(key) is not None:
+            skipped += 1
+            continue
+        specs.append({"module": module, "kernel": attribute, "signature": bound.signature,
+                      "constexprs": bound.constants, "num_warps": config.num_warps, "num_stages": config.num_stages,
+                      "num_ctas": config.num_ctas, "capability": cc, "key": key,
+                      **({"maxnreg": config.maxnreg} if config.maxnreg is not None else {})})
+    if not specs:
+        return {"compiled": 0, "failed": [], "resources": [], "seconds": 0.0, "skipped": skipped}
+    result = compile_all(specs, last="store", workers=max(1, min(workers, len(specs))), folder=folder,
+                         store=str(store.folder), timeout=PRECOMPILE_TIMEOUT)
+    return {**result, "skipped": skipped}
 
 
 _SASS_COUNTS = ("HGMMA", "HMMA", "LDL", "STL", "MUFU.EX2", "BAR")
@@ -183,15 +230,23 @@ def _chain(exc: BaseException) -> str:
     return "\n-- raised from --\n".join(parts)
 
 
-def _child(path: str, last: str = "cubin", sass_dir: str | None = None) -> int:
-    """Compile every spec of the JSON file to stage `last`; one JSON line per failure, then a summary."""
+def _child(path: str, last: str = "cubin", extra: str | None = None) -> int:
+    """Compile every spec of the JSON file to stage `last`; one JSON line per failure, then a summary. `extra`:
+    with "resources" the folder for each spec's SASS (or none); with "store" the compiled-kernel store's folder,
+    where each spec's PTX is written under its "key" (`precompile`)."""
     specs = json.loads(open(path).read())
     failed = 0
     start = time.perf_counter()
     for spec in specs:
         try:
             if last == "resources":
-                print(json.dumps({"spec": spec, "resources": _resources(spec, sass_dir)}, default=repr), flush=True)
+                print(json.dumps({"spec": spec, "resources": _resources(spec, extra)}, default=repr), flush=True)
+            elif last == "store":
+                from pathlib import Path
+
+                from . import cache
+
+                cache.Store(Path(extra)).write(spec["key"], _compile_one(spec, "ptx").as_json())
             else:
                 _compile_one(spec, last)
         except Exception as exc:  # noqa: BLE001 - every failure is reported, not raised
@@ -203,26 +258,32 @@ def _child(path: str, last: str = "cubin", sass_dir: str | None = None) -> int:
 
 
 def compile_all(specs: Sequence[Mapping[str, Any]], *, last: str = "cubin", workers: int = 1,
-                timeout: float = 1200.0, folder: str | None = None, sass_dir: str | None = None) -> dict[str, Any]:
-    """Compile the distinct specs for sm_90 up to stage `last` (STAGES) in `workers` child processes
-    (compiled Triton, no GPU needed).
+                timeout: float = 1200.0, folder: str | None = None, sass_dir: str | None = None,
+                store: str | None = None) -> dict[str, Any]:
+    """Compile the distinct specs for sm_90 (or a spec's "capability") up to stage `last` (STAGES) in `workers`
+    child processes (compiled Triton, JAX on the CPU: no GPU is used).
 
     `last="resources"` compiles to a cubin and adds each spec's `_resources` under "resources"; with `sass_dir`
-    (an existing folder) each spec's SASS is written there too, named by `sass_name`.
+    (an existing folder) each spec's SASS is written there too, named by `sass_name`. `last="store"` compiles to
+    PTX and writes each spec's kernel into the compiled-kernel store at `store` under its "key" (`precompile`).
     Returns {"compiled": n, "failed": [{"spec", "error"}, ...], "resources": [{"spec", "resources"}, ...],
     "seconds": wall}."""
     import tempfile
 
     from .compiler import STAGES
 
-    if last not in (*STAGES, "resources"):
-        raise ValueError(f"last: expected one of {', '.join(STAGES)} or resources, got {last!r}")
+    if last not in (*STAGES, "resources", "store"):
+        raise ValueError(f"last: expected one of {', '.join(STAGES)}, resources or store, got {last!r}")
     if sass_dir is not None and (last != "resources" or not os.path.isdir(sass_dir)):
         raise ValueError(f"sass_dir: an existing folder, with last='resources'; got {sass_dir!r} with last={last!r}")
+    if (store is None) != (last != "store") or (store is not None and not all("key" in s for s in specs)):
+        raise ValueError(f"store: a folder exactly when last='store', and then every spec has a 'key'; got "
+                         f"store={store!r} with last={last!r}")
     specs = distinct(specs)
     folder = folder or tempfile.mkdtemp(prefix="workbench-compile-check-")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["WORKBENCH_INTERPRET"] = "0"
+    env["JAX_PLATFORMS"] = "cpu"  # a child only compiles: on a GPU machine it must not take the GPU's memory
     env["TRITON_CACHE_DIR"] = os.path.join(folder, "triton-cache")  # triton.compile needs one ($HOME may not)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
@@ -233,7 +294,7 @@ def compile_all(specs: Sequence[Mapping[str, Any]], *, last: str = "cubin", work
         path = os.path.join(folder, f"specs-{i}.json")
         with open(path, "w") as f:
             json.dump(part, f)
-        extra = [os.path.abspath(sass_dir)] if sass_dir is not None else []
+        extra = [os.path.abspath(sass_dir)] if sass_dir is not None else [os.path.abspath(store)] if store else []
         procs.append(subprocess.Popen([sys.executable, "-m", "workbench.compile_check", path, last, *extra], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     failures, compiled, resources = [], 0, []

@@ -16,6 +16,7 @@ reviewed like code: commit the file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -28,7 +29,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from .. import autotune, launch, testing, tuning_table
+from .. import autotune, compile_check, launch, signature, testing, tuning_table
 from .records import Refused
 from .specs import OPS
 from .timing import jax_calls, say
@@ -72,16 +73,21 @@ def choices_only_cache(fresh: Path, shared: Path) -> Path:
 
 def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequence[str] = (),
                 head_dims: Sequence[int] = (), kernels: Sequence[str] = (), tokens: Sequence[int] | None = None,
-                passes: Sequence[str] = PASSES, folder: Path = tuning_table.FOLDER) -> Path:
+                passes: Sequence[str] = PASSES, compile_workers: int = 0,
+                folder: Path = tuning_table.FOLDER) -> Path:
     """Tune, then merge into this device's table file; returns its path. `kernels`: only these are timed again
     (`WORKBENCH_AUTOTUNE_REFRESH`); the others take the table's choices (timed only where it has none). `tokens`:
     only the shapes with these sequence lengths (`--T`; checked before anything runs). `passes`: which of the op's
     forward and forward+backward run at each shape (`--passes`; both by default: the forward alone suffices to
-    time kernels that only the forward launches, and skips compiling the backward). A name
+    time kernels that only the forward launches, and skips compiling the backward). `compile_workers`: when
+    above 0, each kernel's candidates are compiled at once in that many child processes before they are timed
+    (`--compile-workers`; `compile_check.precompile`), instead of one after another as each is timed. A name
     that none of the runs launched is a ValueError after the run (the choices made are merged, shape by shape)."""
     unknown_passes = [p for p in passes if p not in PASSES]
     if unknown_passes or not passes:
         raise ValueError(f"--passes: expected a non-empty list of {', '.join(PASSES)}, got {list(passes)}")
+    if isinstance(compile_workers, bool) or not isinstance(compile_workers, int) or compile_workers < 0:
+        raise ValueError(f"--compile-workers: expected a count ≥ 0, got {compile_workers!r}")
     if launch.INTERPRET:
         raise Refused("no CUDA GPU: the interpreter times nothing, and a table is a GPU's choices")
     unknown = sorted(set(ops) - set(OPS))
@@ -97,6 +103,9 @@ def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequen
         saved = {v: os.environ.get(v) for v in (autotune.CACHE_VAR, autotune.MODE_VAR, autotune.REFRESH_VAR)}
         os.environ[autotune.CACHE_VAR], os.environ[autotune.MODE_VAR] = cache, "refresh"
         os.environ[autotune.REFRESH_VAR] = ",".join(kernels)
+        precompiling = contextlib.ExitStack()
+        if compile_workers:
+            precompiling.enter_context(autotune.precompiling(_precompiler(compile_workers)))
         try:
             for op_name in ops:
                 op = OPS[op_name]
@@ -113,6 +122,7 @@ def write_table(ops: Sequence[str], shape_sets: Sequence[str], *, dtypes: Sequen
                         # merged now: a process stopped later (a time limit) keeps the shapes it finished
                         path, table = _merge(device, folder, Path(cache) / "autotune")
         finally:
+            precompiling.close()
             for name, value in saved.items():
                 if value is None:
                     os.environ.pop(name, None)
@@ -202,6 +212,20 @@ class ShapesFailed(RuntimeError):
     def __init__(self, path: Path, failed: Sequence[str]):
         super().__init__(f"{len(failed)} shape(s) not tuned (the others merged into {path}):\n  " + "\n  ".join(failed))
         self.path, self.failed = path, list(failed)
+
+
+def _precompiler(workers: int):
+    """`autotune.precompiling`'s hook for `write_table`: a kernel's candidates compiled in `workers` child
+    processes (`compile_check.precompile`), with one line said per kernel and key."""
+    def precompile(kernel, args, out_shapes, configs, metaparams):
+        result = compile_check.precompile(kernel, args, out_shapes, configs, metaparams, workers=workers)
+        failed = "; ".join(compile_check.describe(f).splitlines()[0] for f in result["failed"][:3])
+        say(f"tune: {autotune.function_name(signature.unwrap(kernel)[2])}: precompiled {result['compiled']} of "
+            f"{len(configs)} candidates ({result['skipped']} on disk "
+            f"already) in {result['seconds']} s with {workers} workers" + (f"; failed: {failed}" if failed else ""))
+        return result
+
+    return precompile
 
 
 def _run_once(op, shape, dtype: str, seed: int, passes: Sequence[str] = PASSES) -> None:

@@ -3,7 +3,7 @@
 # are merged into the table as it finishes; the table is copied to $OUT after each tune).
 source .devcache/env.sh > $OUT/env.log 2>&1; SECONDS=0; LIMIT=${LIMIT:-480}
 T="python3 -m workbench tune --write-table --op chunk_kda"
-T="$T --kernels chunk_kda_bwd_wy_dqkg_fused_kernel,chunk_kda_bwd_intra_kernel"
+T="$T --kernels chunk_kda_bwd_wy_dqkg_fused_kernel,chunk_kda_bwd_intra_kernel ${TUNE_FLAGS:-}"  # e.g. --compile-workers 16
 # TUNES: the tunes' arguments, separated by ';' (default: the grid as the first call of 2026-12-01 ran it)
 TUNES=${TUNES:-"--shapes target --dtypes bfloat16 --head-dims 64;--shapes target --dtypes float16 --head-dims 64,128;\
 --shapes target --dtypes float32 --head-dims 64,128;--shapes wide --dtypes bfloat16,float16,float32;\
