@@ -92,7 +92,7 @@ def _run(skip: set[str]) -> dict[str, str]:
         if name not in skip:
             fix()
 
-    from tests.interpreter_kernels import cast, constant_product, dot, helpers, literal, scalar_mask
+    from tests.interpreter_kernels import cast, constant_product, dot, dot_rows, helpers, literal, scalar_mask
 
     H = interpreter.HostTensor
     rng = np.random.default_rng(0)
@@ -133,6 +133,23 @@ def _run(skip: set[str]) -> dict[str, str]:
 
     exact = a16.astype(np.float64) @ b16.astype(np.float64)
     case("bfloat16_dot", run_dot, lambda c: np.allclose(c, exact, rtol=1e-6, atol=1e-6))
+
+    # Rows of 2²⁵, 1 and −2²⁵ at every ordered triple of 16 key positions, times ones: each row's sum is 1, but a
+    # float32 sum that adds the 1 to ±2²⁵ before the two cancel loses it (2²⁵ ± 1 rounds to ±2²⁵). Whatever
+    # order a BLAS adds in, some row meets 1 and a ±2²⁵ first; summed exactly, every row is 1.
+    triples = [(i, j, k) for i in range(16) for j in range(16) for k in range(16) if len({i, j, k}) == 3]
+    a32 = np.zeros((4096, 16), np.float32)
+    for row, (i, j, k) in enumerate(triples):
+        a32[row, [i, j, k]] = 2.0**25, 1.0, -(2.0**25)
+
+    def run_dot_order():
+        c = H.copy_of(np.full((4096, 16), np.nan, np.float32))
+        interpreter.run(dot_rows, (1,), [H.copy_of(a32), H.copy_of(np.ones((16, 16), np.float32)), c],
+                        {"M": 4096, "N": 16})
+        return c.array
+
+    ones_then_zeros = (np.arange(4096) < len(triples)).astype(np.float32)[:, None] * np.ones(16, np.float32)
+    case("dot_order", run_dot_order, lambda c: (c == ones_then_zeros).all())
 
     x32 = rng.normal(size=16).astype(np.float32)
 

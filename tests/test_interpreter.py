@@ -25,6 +25,7 @@ from tests.interpreter_cases import affine_expected, literal_expected
 ROOT = Path(__file__).resolve().parents[1]
 # The cases each fix is needed for, on the installed Triton (the mask fix: from 3.9.0, whose loads refuse int masks).
 NEEDS = {"bfloat16": {"bfloat16_casts", "bfloat16_arithmetic", "bfloat16_dot"},
+         "dot_order": {"dot_order"},
          "constexpr_tensors": {"constexpr_tensors"},
          "memory_ops": {"scalar_masks"} if signature.triton_version() >= (3, 9, 0) else set(),
          "nested_patches": {"helper_patches"}}
@@ -42,7 +43,8 @@ def _cases(*skip: str) -> dict[str, str]:
     return result
 
 
-CASES = {"bfloat16_casts", "bfloat16_arithmetic", "bfloat16_dot", "constexpr_tensors", "scalar_masks", "helper_patches"}
+CASES = {"bfloat16_casts", "bfloat16_arithmetic", "bfloat16_dot", "dot_order", "constexpr_tensors", "scalar_masks",
+         "helper_patches"}
 
 
 def test_every_case_is_right_with_every_fix():

@@ -15,6 +15,17 @@ interpreter behaviour it replaces and the Triton releases it was checked against
   'InterpreterBuilder' object has no attribute 'get_bf16'`. Here casts to and from bfloat16 round to
   nearest even through ml_dtypes, arithmetic on bfloat16 values is done in float32 and rounded once, as a
   GPU's bfloat16 instructions do, and `get_bf16` rounds its value (see also triton-lang/triton#11897).
+* the order of a product's sums (`_fix_dot_order`): the interpreter's `tl.dot` is NumPy's float32 `matmul`,
+  that is the host's BLAS, which picks its kernel by CPU at run time (OpenBLAS's DYNAMIC_ARCH) and with it the
+  order of each dot product's additions. So the last bits of a product follow the machine: two kernels that
+  form the same product from tiles of different shapes give equal results on one CPU and differ by an ulp on
+  another (found on an AMD EPYC with AVX-512, where OpenBLAS's default kernel gave tests/kda's bit-equality
+  tests one-ulp differences that its SkylakeX kernel did not). Here floating-point operands are multiplied and
+  summed in float64 (each product of two float32 values exact there) and the sum rounded once to the result's
+  type: the result no longer depends on the order of the additions, except where a sum lies within K float64
+  ulps of a rounding boundary of the result's type (about K·2⁻²⁹ of float32 results). A GPU's tensor cores
+  sum in an order of their own; what the interpreter gives is the product's rounded value, a reference for it.
+  (NumPy's product is the host's on every Triton release; checked with 3.7.1 and 3.9.0.)
 * constants holding tensors (`_unwrap_constant_tensors`): a product like `LOG2E * x` of a `tl.constexpr` and
   a tensor is, in the interpreter, a constexpr wrapping the tensor, which `tl.exp2` and other builtins then
   refuse (`TypeError: cannot convert ... to tensor`, 3.7.1 to 3.9.0; the compiler takes it).
@@ -215,8 +226,7 @@ def _fix_bfloat16() -> None:
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
         if bf16 in (a.dtype.scalar, b.dtype.scalar):
-            product = np.matmul(values(a).astype(np.float32), values(b).astype(np.float32), dtype=d.data.dtype)
-            return interp.TensorHandle(product + d.data, d.dtype.scalar)
+            return interp.TensorHandle(rounded_product(values(a), values(b), d.data.dtype) + d.data, d.dtype.scalar)
         return original_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
 
     def get_bf16(self, value):
@@ -262,6 +272,32 @@ def _fix_bfloat16() -> None:
     for name in ("create_fp_ext", "create_fp_trunc"):
         setattr(builder_cls, name, lambda self, src, dst_type: self.cast_impl(src, dst_type))
     builder_cls._workbench_bfloat16 = True
+
+
+def rounded_product(x: np.ndarray, y: np.ndarray, dtype) -> np.ndarray:
+    """x @ y summed in float64 and rounded once to `dtype`: the same on every host, whatever order its BLAS adds
+    in (module docstring, `_fix_dot_order`)."""
+    return np.matmul(np.asarray(x, np.float64), np.asarray(y, np.float64)).astype(dtype)
+
+
+def _fix_dot_order() -> None:
+    """`tl.dot` of float16, float32 or float64 tiles as `rounded_product` (bfloat16 tiles: `_fix_bfloat16`'s dot,
+    which takes it too; fp8 and integer tiles as the interpreter has them)."""
+    from triton.runtime import interpreter as interp
+
+    builder_cls = type(interp.interpreter_builder)
+    if vars(builder_cls).get("_workbench_dot_order"):
+        return
+    original_dot = builder_cls.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        kinds = (a.data.dtype, b.data.dtype, d.data.dtype)
+        if all(k in (np.float16, np.float32, np.float64) for k in kinds):
+            return interp.TensorHandle(rounded_product(a.data, b.data, d.data.dtype) + d.data, d.dtype.scalar)
+        return original_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    builder_cls.create_dot = create_dot
+    builder_cls._workbench_dot_order = True
 
 
 def _skip_nested_patches() -> None:
@@ -440,8 +476,8 @@ def _check_memory_ops() -> None:
     builder_cls._workbench_memory_ops = True
 
 
-FIXES = {"bfloat16": _fix_bfloat16, "constexpr_tensors": _unwrap_constant_tensors, "nested_patches": _skip_nested_patches,
-         "memory_ops": _check_memory_ops}
+FIXES = {"bfloat16": _fix_bfloat16, "dot_order": _fix_dot_order, "constexpr_tensors": _unwrap_constant_tensors,
+         "nested_patches": _skip_nested_patches, "memory_ops": _check_memory_ops}
 """What `install` applies, by name (tests/test_interpreter.py checks each is still needed)."""
 
 
