@@ -273,6 +273,48 @@ def test_whole_chunk_products_equal_sub_chunk_products(dtype):
             assert err <= (EXACT if name == "A" else tol), (round_, name, err)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=lambda d: jnp.dtype(d).name)
+def test_whole_chunks_in_the_fused_backward_equal_the_intra_kernels(dtype):
+    """`Tuning(whole_in_fused=True)`: a chunk whose every key column spans at most WHOLE_RANGE gets its
+    intra-chunk gradients in the fused backward kernel, which the intra kernel then skips; a chunk that spans
+    more stays with the intra kernel. Every output and gradient equals the split form's (`whole_in_fused=False`)
+    bit for bit, but dβ, whose sum over keys the two kernels take in key blocks of their own widths (to float32
+    rounding); over each distinct config of the fused kernel (its key block) and of the intra kernel. Inputs:
+    a chunk that spans more than WHOLE_RANGE, then a whole one and a short whole one; no initial state (with one
+    the intra kernel forms every chunk: its term joins dg between the kernels)."""
+    from workbench.kda.steps import WHOLE_RANGE
+
+    T, K = 150, 32
+    inputs = kda_inputs(17, 1, T, 1, K, 16, dtype=dtype, key_scale=1.0, initial_state=False)
+    per_step = np.concatenate([np.full(64, 1.3 * WHOLE_RANGE / 63), np.full(T - 64, 0.8 * WHOLE_RANGE / 63)])
+    g = -(per_step[:, None] * np.random.default_rng(18).uniform(0.9, 1.0, (T, K)))
+    inputs["g"] = jnp.asarray(g[None, :, None, :], dtype)
+    b = np.asarray(inputs["g"], np.float64)[0, :, 0]
+    spans = [float(np.max(-np.sum(b[c + 1:min(c + 64, T)], axis=0))) for c in (0, 64, 128)]  # max over keys of b_0 − b_L
+    assert spans[0] > WHOLE_RANGE > spans[1] > spans[2], spans
+    cts = cotangents(19, inputs)
+    names = ("chunk_kda_bwd_wy_dqkg_fused_kernel", "chunk_kda_bwd_intra_kernel")
+    kernels = {"chunk_kda_bwd_wy_dqkg_fused_kernel": backward_kernels, "chunk_kda_bwd_intra_kernel": backward_kernels}
+    distinct = [sorted({tuple(sorted(c.kwargs.items())): i
+                        for i, c in enumerate(launch.autotune_configs(getattr(kernels[n], n)))}.values()) for n in names]
+    for round_ in range(max(map(len, distinct))):
+        with contextlib.ExitStack() as stack:
+            for name, indices in zip(names, distinct):
+                stack.enter_context(launch.interpreter_config(getattr(kernels[name], name),
+                                                              indices[min(round_, len(indices) - 1)]))
+            fused = outputs_and_grads(inputs, cts, chunk_size=64, tuning=Tuning(whole_in_fused=True))
+            split = outputs_and_grads(inputs, cts, chunk_size=64, tuning=Tuning(whole_in_fused=False))
+        for name in split:
+            got, want = (np.asarray(x.astype(jnp.float32)) for x in (fused[name], split[name]))
+            assert np.all(np.isfinite(got)), (round_, name)
+            if name == "dbeta":
+                err = testing.rms_rel(fused[name], split[name])
+                print(f"round {round_} dbeta: whole in fused vs split {err:.1e}")
+                assert err <= (EXACT if dtype == jnp.float32 else 4e-3), (round_, name, err)
+            else:
+                assert np.array_equal(got, want), (round_, name, float(np.abs(got - want).max()))
+
+
 def test_forward_alone_equals_the_training_forward():
     """The forward stores the chunk-start states in the inputs' dtype whether or not a backward will read
     them (`_forward(save=...)`): the output's product rounds them so, and the training forward keeps the

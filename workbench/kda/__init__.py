@@ -56,6 +56,11 @@ class Tuning:
     whole_chunk: (chunk_kda) True forms L and Aqk of a chunk whose log-decays span at most
         `steps.WHOLE_RANGE` with two whole-chunk products, and their backward with four (NOTES.md,
         kda.17); False always sub-chunk by sub-chunk (for testing that path on mild gates, and timing).
+    whole_in_fused: (chunk_kda) with `fused_backward` and `whole_chunk`, True forms the intra-chunk parts of a
+        chunk whose every key column spans at most `steps.WHOLE_RANGE` in the fused backward kernel, after its
+        state and WY parts, from what it just stored (the intra kernel then skips that chunk); False in the
+        intra kernel, the state and WY parts passing through memory (for timing). Without an initial state
+        only (its term joins dg between the two kernels).
     fused_forward: (chunk_kda) True runs everything before the state sweep (b, A, Aqk, w, u, k̂, q̄) in one
         kernel per chunk, each part reading what the one before stored while it is still in cache; False in
         three (the cumsum, intra and wu kernels; for timing the fusion).
@@ -84,6 +89,7 @@ class Tuning:
     fused_forward: bool = True
     fused_output: bool = True
     whole_chunk: bool = True
+    whole_in_fused: bool = True
     segments: int | None = None
     residuals: Literal["states", "keep", "recompute"] = "states"
 
@@ -252,9 +258,9 @@ def _f32_dot(q) -> str:
 
 
 def _inv_dot(q) -> str:
-    """Precision of A's inversion products (kda.5): full float32 for float32 inputs; three tf32 passes
-    (tf32x3, float32 to about 1e-6 relative, on tensor cores) for bfloat16 inputs, whose A is rounded to
-    bfloat16 (2^-9) before any product uses it."""
+    """Precision of A's inversion products (kda.5) and of dL's (kda.7): full float32 for float32 inputs; three
+    tf32 passes (tf32x3, float32 to about 1e-6 relative, on tensor cores) for bfloat16 inputs, whose A is rounded
+    to bfloat16 (2^-9) before any product uses it, and whose dL enters tf32 products."""
     return "ieee" if q.dtype == jnp.float32 else "tf32x3"
 
 
@@ -443,13 +449,20 @@ def _backward(q, k, v, g, beta, h0, cu, residuals, do, dht, static: _Static, dg_
     common = dict(H=H, K=K, V=V, BT=BT, F32_DOT=_f32_dot(q))
     dh0, dhs, ddelta, _, _ = _state_sweep(q, k, None, w, None, do, b, Aqk, dht, cu, bounds, static, tune,
                                           reverse=True, states_dtype=f32)
+    whole_in = (static.tuning.fused_backward and static.tuning.whole_in_fused and _whole_span(static) >= 0
+                and not (static.initial_state and TT))
+    done_shapes = [jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
+                   jax.ShapeDtypeStruct((TT, H, K), dg_dtype), jax.ShapeDtypeStruct((TT, H), beta.dtype)]
+    done = None
     if static.tuning.fused_backward:
         a_t_pointer, trans_a = WY_VARIANTS[static.wy_variant]
-        dq_s, dk_s, dv, dg_s, dbeta_s, dAqk, dL = triton_call(
+        dq_s, dk_s, dv, dg_s, dbeta_s, dAqk, dL, *done = triton_call(
             q, k, v, b, beta, A, delta, ddelta, do, hs, dhs, bounds, kernel=backward_kernels.chunk_kda_bwd_wy_dqkg_fused_kernel,
-            out_shape=[rows_k, rows_k, dv_shape, rows_k, rows_1, matrix, matrix], grid=(NS, H),
-            tune_inputs=tune, name="workbench_kda_bwd_wy_dqkg_fused", scale=static.scale, A_T_POINTER=a_t_pointer,
-            TRANS_A=trans_a, **common)
+            out_shape=[rows_k, rows_k, dv_shape, rows_k, rows_1, matrix, matrix,
+                       *(done_shapes if whole_in else [jax.ShapeDtypeStruct((1,), f32)] * 4)],
+            grid=(NS, H), tune_inputs=tune, name="workbench_kda_bwd_wy_dqkg_fused", scale=static.scale,
+            A_T_POINTER=a_t_pointer, TRANS_A=trans_a, WHOLE_IN=whole_in, WHOLE_SPAN=_whole_span(static),
+            DL_DOT=_inv_dot(q), **common)
     else:
         dq_s, dk_i, dg_i, dw, dAqk = triton_call(
             q, k, v, b, delta, ddelta, do, hs, dhs, bounds, kernel=backward_kernels.chunk_kda_bwd_inter_kernel,
@@ -458,16 +471,17 @@ def _backward(q, k, v, g, beta, h0, cu, residuals, do, dht, static: _Static, dg_
         dk_s, dg_s, dv, dbeta_s, dL = triton_call(
             q, k, v, b, beta, A, ddelta, dw, dk_i, dg_i, bounds, kernel=backward_kernels.chunk_kda_bwd_wy_kernel,
             out_shape=[rows_k, rows_k, dv_shape, rows_1, matrix], grid=(NS, H), tune_inputs=tune,
-            name="workbench_kda_bwd_wy", **common)
+            name="workbench_kda_bwd_wy", DL_DOT=_inv_dot(q), **common)
     if static.initial_state and TT:
         dg_s = entering_state_term(dg_s, h0, hs, dhs, _first_chunk_b_last(b, cu, BT), cu, BT)
     common.pop("V")
+    # with whole_in the intra kernel fills in the chunks the fused kernel left (its outputs are those arrays)
     dq, dk, dg, dbeta = triton_call(
-        q, k, b, beta, dAqk, dL, dq_s, dk_s, dg_s, dbeta_s, bounds, kernel=backward_kernels.chunk_kda_bwd_intra_kernel,
-        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(k.shape, k.dtype),
-                   jax.ShapeDtypeStruct((TT, H, K), dg_dtype), jax.ShapeDtypeStruct((TT, H), beta.dtype)],
-        grid=(NS, H), tune_inputs=tune, name="workbench_kda_bwd_intra", scale=static.scale,
-        WHOLE_SPAN=_whole_span(static), **common)
+        q, k, b, beta, dAqk, dL, dq_s, dk_s, dg_s, dbeta_s, bounds, *(done if whole_in else [None] * 4),
+        kernel=backward_kernels.chunk_kda_bwd_intra_kernel, out_shape=done_shapes,
+        input_output_aliases={11 + i: i for i in range(4)} if whole_in else {}, grid=(NS, H), tune_inputs=tune,
+        name="workbench_kda_bwd_intra", scale=static.scale, WHOLE_SPAN=_whole_span(static), SKIP_WHOLE=whole_in,
+        **common)
     return dq, dk, dv, dg, dbeta, dh0
 
 

@@ -16,7 +16,8 @@ chunk's matrix at the row of token r, columns by position in the chunk (NOTES.md
 * `chunk_kda_bwd_intra_kernel` (slot, head): the intra-chunk parts (through L and Aqk) of dq, dk,
   dβ, and dg's reverse cumulative sum (kda.11–kda.13).
 
-dL = −Aᵀ dA Aᵀ is formed in full float32.
+dL = −Aᵀ dA Aᵀ is formed in float32 precision: three tf32 passes on the tensor cores for 16-bit inputs, full
+float32 for float32 inputs (`_store_dL`).
 """
 
 import triton
@@ -137,22 +138,19 @@ def _wy_keys(b_dw, b_A, b_kg, b_beta, F32_DOT: tl.constexpr, TRANS_A: tl.constex
 
 
 @triton.jit
-def _inter_outputs(b_q, b_k, b_b, b_bL, rows, end, b_dqbar, b_dkhat, b_hdh, dg, p_k, m_tk, scale: tl.constexpr,
-                   H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr):
+def _inter_outputs(b_q, b_k, b_b, b_bL, rows, end, b_dqbar, b_dkhat, b_hdh, scale: tl.constexpr, BT: tl.constexpr):
     """(kda.11, kda.13) The state parts of dq, dk and dg for one block of keys:
     dq = scale exp(b) ⊙ dq̄, dk = exp(b_L − b) ⊙ dk̂, dg = Σ_{r≥t} q̄_r ⊙ dq̄_r + Σ_{s<t} X_s +
-    exp(b_L) ⊙ rowsum(h ⊙ dH), X_s = k̂_s ⊙ dk̂_s, summed forward (no total − suffix difference): X is
-    parked in dg's rows (p_k) and read back one row down, then summed inclusively. The caller stores
-    dg over it afterwards."""
+    exp(b_L) ⊙ rowsum(h ⊙ dH), X_s = k̂_s ⊙ dk̂_s, summed forward (no total − suffix difference): X moved
+    down one row in registers (row t takes row t − 1, row 0 takes 0), then summed inclusively."""
     o_t = tl.arange(0, BT)
     b_eb = exp_e(b_b)
     b_ehat = khat_decay(b_b, b_bL, rows, end)
     b_dq = b_dqbar * b_eb * scale
     b_dk = b_dkhat * b_ehat
-    tl.store(dg + p_k, b_k * b_ehat * b_dkhat, mask=m_tk)
-    tl.debug_barrier()  # X is read back by other threads of this program
-    b_xprev = tl.load(dg + p_k - H * K, mask=m_tk & (o_t > 0)[:, None], other=0.0)  # X_{t−1}, 0 at t = 0
-    tl.debug_barrier()  # read before the caller overwrites dg
+    b_x = b_k * b_ehat * b_dkhat
+    up = tl.broadcast_to(tl.maximum(o_t - 1, 0)[:, None], b_x.shape)
+    b_xprev = tl.where((o_t > 0)[:, None], tl.gather(b_x, up, axis=0), 0.0)  # X_{t−1}, 0 at t = 0
     b_dg = (tl.cumsum(b_q * b_eb * scale * b_dqbar, axis=0, reverse=True) + tl.cumsum(b_xprev, axis=0)
             + (exp_e(b_bL) * b_hdh)[None, :])
     return b_dq, b_dk, b_dg
@@ -183,34 +181,41 @@ def _A_used(A, start, end, i_h, o_r, o_c, H: tl.constexpr, BT: tl.constexpr, A_T
 
 @triton.jit
 def _store_dL(dL, A, b_dA, start, end, i_h, H: tl.constexpr, BT: tl.constexpr, A_T_POINTER: tl.constexpr,
-              TRANS_A: tl.constexpr):
+              TRANS_A: tl.constexpr, DL_DOT: tl.constexpr):
     """(kda.7) dL = −Aᵀ dA Aᵀ on the strictly lower triangle (L = X − I, A = X⁻¹), as the disputed
-    products compute it: Au (dA Au) with Au the A tile as used (Aᵀ when right). Full float32, 16 columns
-    of the inner dimension per product: dA, then M = dA Au, are parked in dL's own rows and read back a
-    slice at a time, and Au is read from A a slice at a time (one [BT, BT] × [BT, BT] float32 product
-    would hold whole rows and columns of both operands in registers)."""
+    products compute it: Au (dA Au) with Au the A tile as used (Aᵀ when right), in float32 precision.
+    DL_DOT "tf32x3" (16-bit inputs): two whole [BT, BT] products of three tf32 passes each on the tensor cores
+    (float32 to about 1e-6 relative, as the forward's inversion takes them: dL then enters tf32 products).
+    "ieee" (float32 inputs): full float32 on the FMA units, 16 columns of the inner dimension per product: dA,
+    then M = dA Au, are parked in dL's own rows and read back a slice at a time, and Au is read from A a slice
+    at a time (one [BT, BT] × [BT, BT] float32 product would hold whole rows and columns of both operands in
+    registers)."""
     o_t = tl.arange(0, BT)
-    o_16 = tl.arange(0, 16)
     m_t = (start + o_t) < end
     p_rows = dL + ((start + o_t)[:, None] * H + i_h) * BT  # [BT, 1] the chunk's rows of dL
-    tl.store(p_rows + o_t[None, :], b_dA, mask=m_t[:, None])
-    tl.debug_barrier()  # read back by other threads of this program
-    b_M = tl.zeros([BT, BT], tl.float32)
-    for jj in range(0, BT // 16):
-        b_dAj = tl.load(p_rows + jj * 16 + o_16[None, :], mask=m_t[:, None], other=0.0)  # dA[:, j] [BT, 16]
-        b_M += tl.dot(b_dAj, _A_used(A, start, end, i_h, jj * 16 + o_16, o_t, H, BT, A_T_POINTER, TRANS_A),
-                      input_precision="ieee")  # disputed: dA Aᵀ
-    tl.debug_barrier()  # every slice of dA read before M replaces it
-    tl.store(p_rows + o_t[None, :], b_M, mask=m_t[:, None])
-    tl.debug_barrier()
-    b_dL = tl.zeros([BT, BT], tl.float32)
-    for jj in range(0, BT // 16):
-        o_j = jj * 16 + o_16
-        b_Mj = tl.load(dL + ((start + o_j)[:, None] * H + i_h) * BT + o_t[None, :],
-                       mask=((start + o_j) < end)[:, None], other=0.0)  # M[j, :] [16, BT]
-        b_dL += tl.dot(_A_used(A, start, end, i_h, o_t, o_j, H, BT, A_T_POINTER, TRANS_A), b_Mj,
-                       input_precision="ieee")  # disputed: Aᵀ M
-    tl.debug_barrier()  # every slice of M read before dL replaces it
+    if DL_DOT == "ieee":
+        o_16 = tl.arange(0, 16)
+        tl.store(p_rows + o_t[None, :], b_dA, mask=m_t[:, None])
+        tl.debug_barrier()  # read back by other threads of this program
+        b_M = tl.zeros([BT, BT], tl.float32)
+        for jj in range(0, BT // 16):
+            b_dAj = tl.load(p_rows + jj * 16 + o_16[None, :], mask=m_t[:, None], other=0.0)  # dA[:, j] [BT, 16]
+            b_M += tl.dot(b_dAj, _A_used(A, start, end, i_h, jj * 16 + o_16, o_t, H, BT, A_T_POINTER, TRANS_A),
+                          input_precision="ieee")  # disputed: dA Aᵀ
+        tl.debug_barrier()  # every slice of dA read before M replaces it
+        tl.store(p_rows + o_t[None, :], b_M, mask=m_t[:, None])
+        tl.debug_barrier()
+        b_dL = tl.zeros([BT, BT], tl.float32)
+        for jj in range(0, BT // 16):
+            o_j = jj * 16 + o_16
+            b_Mj = tl.load(dL + ((start + o_j)[:, None] * H + i_h) * BT + o_t[None, :],
+                           mask=((start + o_j) < end)[:, None], other=0.0)  # M[j, :] [16, BT]
+            b_dL += tl.dot(_A_used(A, start, end, i_h, o_t, o_j, H, BT, A_T_POINTER, TRANS_A), b_Mj,
+                           input_precision="ieee")  # disputed: Aᵀ M
+        tl.debug_barrier()  # every slice of M read before dL replaces it
+    else:
+        b_Au = _A_used(A, start, end, i_h, o_t, o_t, H, BT, A_T_POINTER, TRANS_A)
+        b_dL = tl.dot(b_Au, tl.dot(b_dA, b_Au, input_precision=DL_DOT), input_precision=DL_DOT)  # disputed: Aᵀ (dA Aᵀ)
     tl.store(p_rows + o_t[None, :], tl.where((o_t[:, None] > o_t[None, :]) & m_t[:, None] & m_t[None, :], -b_dL, 0.0),
              mask=m_t[:, None])
 
@@ -269,10 +274,15 @@ def chunk_kda_bwd_prep_kernel(g, k, v, beta, A, hs, bounds,  # inputs
 def chunk_kda_bwd_wy_dqkg_fused_kernel(
         q, k, v, b, beta, A, delta, ddelta, do, hs, dhs, bounds,  # inputs
         dq, dk, dv, dg, dbeta, dAqk, dL,  # outputs: dq, dk, dg [TT, H, K] f32 (state + WY parts), dv, dβ
+        dq_f, dk_f, dg_f, dbeta_f,  # with WHOLE_IN: dq, dk, dg, dβ whole, in their inputs' dtypes
         scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
         BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr, A_T_POINTER: tl.constexpr,
-        TRANS_A: tl.constexpr):
-    """(kda.9–kda.13) The fused backward of one chunk: dw is made per key block and used at once."""
+        TRANS_A: tl.constexpr, WHOLE_IN: tl.constexpr, WHOLE_SPAN: tl.constexpr, DL_DOT: tl.constexpr):
+    """(kda.9–kda.13) The fused backward of one chunk: dw is made per key block and used at once. With WHOLE_IN,
+    a chunk whose every key column spans at most WHOLE_SPAN (`_chunk_whole`) also gets its intra-chunk parts here
+    (`_whole_chunk_grads`, as `chunk_kda_bwd_intra_kernel` would form them, which then skips it): the state and WY
+    parts just stored, dAqk and dL are read back by this program (from cache) and the whole gradients stored in
+    dq_f, dk_f, dg_f, dbeta_f."""
     i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
     start, end = slot_rows(bounds, i_s)
     if start >= end:
@@ -301,14 +311,26 @@ def chunk_kda_bwd_wy_dqkg_fused_kernel(
         p_k = (rows[:, None] * H + i_h) * K + o_k[None, :]
         m_tk = m_t[:, None] & m_k[None, :]
         b_dq, b_dk, b_dg = _inter_outputs(load_tile(q, rows, m_t, i_h, o_k, m_k, H, K), b_k, b_b, b_bL, rows, end,
-                                          b_dqbar, b_dkhat, b_hdh, dg, p_k, m_tk, scale, H, K, BT)
+                                          b_dqbar, b_dkhat, b_hdh, scale, BT)
         b_dk += b_dkg * exp_e(b_b)
         b_dg += tl.cumsum(b_kg * b_dkg, axis=0, reverse=True)
         tl.store(dq + p_k, b_dq, mask=m_tk)
         tl.store(dk + p_k, b_dk, mask=m_tk)
         tl.store(dg + p_k, b_dg, mask=m_tk)
-    _store_dL(dL, A, b_dA, start, end, i_h, H, BT, A_T_POINTER, TRANS_A)
+    _store_dL(dL, A, b_dA, start, end, i_h, H, BT, A_T_POINTER, TRANS_A, DL_DOT)
     tl.store(dbeta + rows * H + i_h, b_dbeta, mask=m_t)
+    if WHOLE_IN:
+        if _chunk_whole(b, start, end, i_h, H, K, WHOLE_SPAN):
+            tl.debug_barrier()  # dq, dk, dg, dAqk and dL of this chunk are read back by other threads
+            b_dbeta_f = b_dbeta  # the intra kernel's dbeta_in, as stored above
+            for i_k in range(tl.cdiv(K, BK)):
+                o_k = i_k * BK + tl.arange(0, BK)
+                m_k = o_k < K
+                b_dbeta_f += _whole_chunk_grads(q, k, b, dAqk, dL, dq, dk, dg, dq_f, dk_f, dg_f, b_beta,
+                                                load_row(b, start, i_h, o_k, m_k, H, K),
+                                                load_row(b, end - 1, i_h, o_k, m_k, H, K), rows, m_t, i_h, o_k,
+                                                m_k, scale, H, K, BT, F32_DOT)
+            tl.store(dbeta_f + rows * H + i_h, b_dbeta_f, mask=m_t)
 
 
 @triton.autotune(configs=_block_configs(), key=["H", "K", "V", "BT"],
@@ -339,7 +361,7 @@ def chunk_kda_bwd_inter_kernel(q, k, v, b, delta, ddelta, do, hs, dhs, bounds,  
         b_dq, b_dk, b_dg = _inter_outputs(load_tile(q, rows, m_t, i_h, o_k, m_k, H, K),
                                           load_tile(k, rows, m_t, i_h, o_k, m_k, H, K), b_b,
                                           load_row(b, end - 1, i_h, o_k, m_k, H, K), rows, end, b_dqbar, b_dkhat, b_hdh,
-                                          dg, p_k, m_tk, scale, H, K, BT)
+                                          scale, BT)
         tl.store(dq + p_k, b_dq, mask=m_tk)
         tl.store(dk + p_k, b_dk, mask=m_tk)
         tl.store(dg + p_k, b_dg, mask=m_tk)
@@ -352,7 +374,7 @@ def chunk_kda_bwd_inter_kernel(q, k, v, b, delta, ddelta, do, hs, dhs, bounds,  
 def chunk_kda_bwd_wy_kernel(q, k, v, b, beta, A, ddelta, dw, dk_state, dg_state, bounds,  # inputs
                             dk, dg, dv, dbeta, dL,  # outputs: dk, dg [TT, H, K] f32 (+ WY parts), dv, dβ, dL
                             H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                            BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr):
+                            BK: tl.constexpr, BV: tl.constexpr, F32_DOT: tl.constexpr, DL_DOT: tl.constexpr):
     """Unfused, second half: the WY backward, dw read back from memory (A read as in the seed)."""
     i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
     start, end = slot_rows(bounds, i_s)
@@ -379,7 +401,7 @@ def chunk_kda_bwd_wy_kernel(q, k, v, b, beta, A, ddelta, dw, dk_state, dg_state,
         tl.store(dk + p_k, tl.load(dk_state + p_k, mask=m_tk, other=0.0) + b_dkg * exp_e(b_b), mask=m_tk)
         tl.store(dg + p_k, tl.load(dg_state + p_k, mask=m_tk, other=0.0)
                  + tl.cumsum(b_kg * b_dkg, axis=0, reverse=True), mask=m_tk)
-    _store_dL(dL, A, b_dA, start, end, i_h, H, BT, True, False)
+    _store_dL(dL, A, b_dA, start, end, i_h, H, BT, True, False, DL_DOT)
     tl.store(dbeta + rows * H + i_h, b_dbeta, mask=m_t)
 
 
@@ -424,13 +446,68 @@ def _prune_intra(configs, named_args, **_):
     return kept
 
 
+@triton.jit
+def _whole_chunk_grads(q, k, b, dAqk, dL, dq_in, dk_in, dg_in, dq, dk, dg, b_beta, b_b0, b_bl, rows, m_t, i_h, o_k,
+                       m_k, scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                       F32_DOT: tl.constexpr):
+    """(kda.11–kda.13, kda.17) The intra-chunk parts of one key block of a chunk whose columns of b span at most
+    WHOLE_SPAN, through b_mid = (b_0 + b_L) / 2 in four whole-chunk products: dq, dk, dg (dq_in, dk_in, dg_in plus
+    these parts) stored in the outputs' dtypes; returns the block's part of dβ, Σ_i k ⊙ Y ([BT])."""
+    o_t = tl.arange(0, BT)
+    b_d = tl.where(m_t[:, None], load_tile(b, rows, m_t, i_h, o_k, m_k, H, K) - 0.5 * (b_b0 + b_bl)[None, :], 0.0)
+    b_up = exp_e(b_d)  # exp(b_r − b_mid)
+    b_down = exp_e(-b_d)  # exp(b_mid − b_s)
+    b_q = load_tile(q, rows, m_t, i_h, o_k, m_k, H, K)
+    b_k = load_tile(k, rows, m_t, i_h, o_k, m_k, H, K)
+    p_mat = (rows[:, None] * H + i_h) * BT + o_t[None, :]
+    m_mat = m_t[:, None] & m_t[None, :]
+    strict = o_t[None, :] < o_t[:, None]  # s < r
+    b_dAqk = tl.load(dAqk + p_mat, mask=m_mat, other=0.0)
+    b_diag = tl.sum(tl.where(o_t[None, :] == o_t[:, None], b_dAqk, 0.0), axis=1)  # dAqk[r, r]
+    b_dAqk = tl.where(strict, b_dAqk, 0.0)
+    b_dL = tl.where(strict, tl.load(dL + p_mat, mask=m_mat, other=0.0), 0.0)
+    b_kdown = b_k * b_down
+    b_dqs = b_up * tl.dot(b_dAqk, b_kdown, input_precision=F32_DOT) * scale
+    b_Y = b_up * tl.dot(b_dL, b_kdown, input_precision=F32_DOT)
+    b_dks = b_down * tl.dot(tl.trans(b_dAqk), b_q * b_up, input_precision=F32_DOT) * scale
+    b_Z = b_down * tl.dot(tl.trans(b_dL), b_k * (b_beta[:, None] * b_up), input_precision=F32_DOT)
+    b_dkrow = b_Y * b_beta[:, None]
+    b_p = b_q * b_dqs - b_k * b_dks + b_k * b_dkrow - b_k * b_Z  # (kda.13) P
+    p_k = (rows[:, None] * H + i_h) * K + o_k[None, :]
+    m_tk = m_t[:, None] & m_k[None, :]
+    b_dq = tl.load(dq_in + p_k, mask=m_tk, other=0.0) + b_dqs + scale * b_diag[:, None] * b_k
+    b_dk = (tl.load(dk_in + p_k, mask=m_tk, other=0.0) + b_dks + scale * b_diag[:, None] * b_q + b_dkrow
+            + b_Z)
+    b_dg = tl.load(dg_in + p_k, mask=m_tk, other=0.0) + tl.cumsum(b_p, axis=0, reverse=True)
+    tl.store(dq + p_k, b_dq.to(dq.dtype.element_ty), mask=m_tk)
+    tl.store(dk + p_k, b_dk.to(dk.dtype.element_ty), mask=m_tk)
+    tl.store(dg + p_k, b_dg, mask=m_tk)
+    return tl.sum(b_k * b_Y, axis=1)  # (kda.12)
+
+
+@triton.jit
+def _chunk_whole(b, start, end, i_h, H: tl.constexpr, K: tl.constexpr, WHOLE_SPAN: tl.constexpr):
+    """Whether every key column of the chunk's b spans at most WHOLE_SPAN (max over K of b_0 − b_L, exact: a
+    maximum rounds nothing), so that every key block of any width takes the whole-chunk path."""
+    BW: tl.constexpr = 64
+    span = tl.full([], float("-inf"), tl.float32)
+    for i in range(tl.cdiv(K, BW)):
+        o_k = i * BW + tl.arange(0, BW)
+        m_k = o_k < K
+        b_d = load_row(b, start, i_h, o_k, m_k, H, K) - load_row(b, end - 1, i_h, o_k, m_k, H, K)
+        span = tl.maximum(span, tl.max(tl.where(m_k, b_d, float("-inf")), axis=0))
+    return span <= WHOLE_SPAN
+
+
 @triton.autotune(configs=block_configs("BK", (16, 32, 64)), key=["H", "K", "BT"],
                  prune_configs_by={"early_config_prune": _prune_intra})
 @triton.jit
 def chunk_kda_bwd_intra_kernel(q, k, b, beta, dAqk, dL, dq_in, dk_in, dg_in, dbeta_in, bounds,  # inputs
-                               dq, dk, dg, dbeta,  # outputs: dq, dk in the inputs' dtype; dg, dβ float32
+                               dq_done, dk_done, dg_done, dbeta_done,  # with SKIP_WHOLE: the outputs, aliased
+                               dq, dk, dg, dbeta,  # outputs: dq, dk, dg, dβ in their inputs' dtypes
                                scale: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                               BK: tl.constexpr, F32_DOT: tl.constexpr, WHOLE_SPAN: tl.constexpr):
+                               BK: tl.constexpr, F32_DOT: tl.constexpr, WHOLE_SPAN: tl.constexpr,
+                               SKIP_WHOLE: tl.constexpr):
     """(kda.11–kda.13) What flows through Aqk and L: with e_rs = exp(b_r − b_s),
 
         dq°_r = scale Σ_{s<r} dAqk[r, s] k_s e_rs,   dk°_s = scale Σ_{r>s} dAqk[r, s] q_r e_rs,
@@ -440,11 +517,16 @@ def chunk_kda_bwd_intra_kernel(q, k, b, beta, dAqk, dL, dq_in, dk_in, dg_in, dbe
     dg += Σ_{r≥t} P_r, P = q ⊙ dq° − k ⊙ dk° + k ⊙ β Y − k ⊙ Z (no diagonal term). Per key block:
     where its columns of b span at most WHOLE_SPAN (kda.17), four whole-chunk products through b_mid;
     otherwise sub-chunks are visited last first, carrying Σ P of the later ones; ratios as in the forward (both factors ≤ 1, or
-    within e^±RHO where a sub-chunk's own block joins the products, kda.16)."""
+    within e^±RHO where a sub-chunk's own block joins the products, kda.16). With SKIP_WHOLE a chunk whose every key
+    column takes the whole-chunk path is left as it is: the fused kernel formed it (`_chunk_whole`; the outputs are
+    the *_done arrays it wrote, aliased)."""
     i_s, i_h = tl.program_id(0).to(tl.int64), tl.program_id(1)
     start, end = slot_rows(bounds, i_s)
     if start >= end:
         return
+    if SKIP_WHOLE:
+        if _chunk_whole(b, start, end, i_h, H, K, WHOLE_SPAN):
+            return
     o_t = tl.arange(0, BT)
     rows = start + o_t
     m_t = rows < end
@@ -458,35 +540,8 @@ def chunk_kda_bwd_intra_kernel(q, k, b, beta, dAqk, dL, dq_in, dk_in, dg_in, dbe
         b_bl = load_row(b, end - 1, i_h, o_k, m_k, H, K)
         if tl.max(b_b0 - b_bl, axis=0) <= WHOLE_SPAN:
             # (kda.17) the whole chunk at once through b_mid, every factor within e^(WHOLE_SPAN / 2)
-            b_d = tl.where(m_t[:, None], load_tile(b, rows, m_t, i_h, o_k, m_k, H, K) - 0.5 * (b_b0 + b_bl)[None, :], 0.0)
-            b_up = exp_e(b_d)  # exp(b_r − b_mid)
-            b_down = exp_e(-b_d)  # exp(b_mid − b_s)
-            b_q = load_tile(q, rows, m_t, i_h, o_k, m_k, H, K)
-            b_k = load_tile(k, rows, m_t, i_h, o_k, m_k, H, K)
-            p_mat = (rows[:, None] * H + i_h) * BT + o_t[None, :]
-            m_mat = m_t[:, None] & m_t[None, :]
-            strict = o_t[None, :] < o_t[:, None]  # s < r
-            b_dAqk = tl.load(dAqk + p_mat, mask=m_mat, other=0.0)
-            b_diag = tl.sum(tl.where(o_t[None, :] == o_t[:, None], b_dAqk, 0.0), axis=1)  # dAqk[r, r]
-            b_dAqk = tl.where(strict, b_dAqk, 0.0)
-            b_dL = tl.where(strict, tl.load(dL + p_mat, mask=m_mat, other=0.0), 0.0)
-            b_kdown = b_k * b_down
-            b_dqs = b_up * tl.dot(b_dAqk, b_kdown, input_precision=F32_DOT) * scale
-            b_Y = b_up * tl.dot(b_dL, b_kdown, input_precision=F32_DOT)
-            b_dks = b_down * tl.dot(tl.trans(b_dAqk), b_q * b_up, input_precision=F32_DOT) * scale
-            b_Z = b_down * tl.dot(tl.trans(b_dL), b_k * (b_beta[:, None] * b_up), input_precision=F32_DOT)
-            b_dkrow = b_Y * b_beta[:, None]
-            b_p = b_q * b_dqs - b_k * b_dks + b_k * b_dkrow - b_k * b_Z  # (kda.13) P
-            p_k = (rows[:, None] * H + i_h) * K + o_k[None, :]
-            m_tk = m_t[:, None] & m_k[None, :]
-            b_dq = tl.load(dq_in + p_k, mask=m_tk, other=0.0) + b_dqs + scale * b_diag[:, None] * b_k
-            b_dk = (tl.load(dk_in + p_k, mask=m_tk, other=0.0) + b_dks + scale * b_diag[:, None] * b_q + b_dkrow
-                    + b_Z)
-            b_dg = tl.load(dg_in + p_k, mask=m_tk, other=0.0) + tl.cumsum(b_p, axis=0, reverse=True)
-            tl.store(dq + p_k, b_dq.to(dq.dtype.element_ty), mask=m_tk)
-            tl.store(dk + p_k, b_dk.to(dk.dtype.element_ty), mask=m_tk)
-            tl.store(dg + p_k, b_dg, mask=m_tk)
-            b_dbeta += tl.sum(b_k * b_Y, axis=1)  # (kda.12)
+            b_dbeta += _whole_chunk_grads(q, k, b, dAqk, dL, dq_in, dk_in, dg_in, dq, dk, dg, b_beta, b_b0, b_bl, rows,
+                                          m_t, i_h, o_k, m_k, scale, H, K, BT, F32_DOT)
         else:
             b_tail = tl.zeros([BK], tl.float32)  # Σ P over the later sub-chunks
             for i_rev in range(0, BT // BC):  # a device loop: one sub-chunk's tiles live at a time
