@@ -18,9 +18,10 @@ interpreter behaviour it replaces and the Triton releases it was checked against
 * the order of a product's sums (`_fix_dot_order`): the interpreter's `tl.dot` is NumPy's float32 `matmul`,
   that is the host's BLAS, which picks its kernel by CPU at run time (OpenBLAS's DYNAMIC_ARCH) and with it the
   order of each dot product's additions. So the last bits of a product follow the machine: two kernels that
-  form the same product from tiles of different shapes give equal results on one CPU and differ by an ulp on
-  another (found on an AMD EPYC with AVX-512, where OpenBLAS's default kernel gave tests/kda's bit-equality
-  tests one-ulp differences that its SkylakeX kernel did not). Here floating-point operands are multiplied and
+  form the same values by different routes can agree bit for bit on one CPU and differ by an ulp on another
+  (found on an AMD EPYC with AVX-512, where OpenBLAS's default, Haswell and Zen kernels gave tests/kda's
+  bit-equality tests one-ulp differences that its SkylakeX kernel did not; which products differ was not
+  traced: making the operands contiguous did not remove them, summing in float64 did). Here floating-point operands are multiplied and
   summed in float64 (each product of two float32 values exact there) and the sum rounded once to the result's
   type: the result no longer depends on the order of the additions, except where a sum lies within K float64
   ulps of a rounding boundary of the result's type (about K·2⁻²⁹ of float32 results). A GPU's tensor cores
