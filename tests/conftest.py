@@ -1,6 +1,7 @@
 """Test setup: float64 available for oracles, interpreter address checks, Hypothesis profile, GPU-only marker,
 pytest-xdist scheduling."""
 
+import collections
 import os
 
 import jax
@@ -81,3 +82,35 @@ def ieee_float32():
     comparison assumes; property modules use it with `pytestmark = pytest.mark.usefixtures(...)`."""
     with jax.default_matmul_precision("float32"):
         yield
+
+
+@pytest.fixture
+def tuning_table_configs(tmp_path, monkeypatch):
+    """Each autotuned kernel on the config a user's call gets by default: WORKBENCH_AUTOTUNE=table with an empty
+    cache, so the tuning table answers (the GPU tests otherwise run each kernel's first config, `off`). Returns a
+    check, called after the launches, that returns {kernel: how its configs were found} for the launches since
+    and, on a GPU kind with a table (its own or a sibling's), asserts that the table answered each and nothing
+    was timed; elsewhere the launches were tuned, and the sources returned say so."""
+    from workbench import autotune, cache, tuning_table
+
+    monkeypatch.setenv(cache.MODE_VAR, "table")
+    monkeypatch.setenv(cache.CACHE_VAR, str(tmp_path / "cache"))
+    before, chosen = collections.Counter(autotune.STATS), set(autotune.CHOSEN)
+
+    def check():
+        counts = autotune.STATS - before
+        sources = collections.defaultdict(set)
+        for name, entry in autotune.CHOSEN.items():
+            if name not in chosen:
+                sources[entry["kernel"]].add(entry["source"])
+        assert counts["chosen_first"] == 0 and counts["fallback"] == 0, dict(counts)
+        assert sources, f"no autotuned launch chose a config in this test (a program traced earlier?): {dict(counts)}"
+        device = jax.devices()[0].device_kind
+        kinds = [kind for kind in (device, tuning_table.SIBLINGS.get(device)) if kind]
+        if any(tuning_table.device_file(kind).is_file() for kind in kinds):
+            others = {kernel: found for kernel, found in sources.items()
+                      if any(s != "only" and not s.startswith("table") for s in found)}
+            assert counts["tuned"] == 0 and not others, f"not from the table: {others}; {dict(counts)}"
+        return dict(sources)
+
+    return check

@@ -87,6 +87,18 @@ def test_compiled_target_rows_bf16_within_budget():
     _three_way(inputs, _cotangents(8, B, T, H, K, V, B, jnp.bfloat16), reference_on_host=True)
 
 
+def test_compiled_tuning_table_configs_within_budget(tuning_table_configs):
+    """The tuning table's configs, which a call gets by default, against the float64 oracle at a shape of the
+    bench's sweep (B1 T4096 H16 K = V = 64 bf16, the bench's per-key gate; entries of its own in the H200 table).
+    The other tests run each kernel's first config."""
+    B, T, H, K, V = 1, 4096, 16, 64, 64
+    inputs = recurrent_inputs(15, B, T, H, K, V, dtype=jnp.bfloat16, gates=("gk",), strength=1.0)
+    _three_way(inputs, _cotangents(16, B, T, H, K, V, B, jnp.bfloat16))
+    sources = tuning_table_configs()
+    print(sources)
+    assert {"chunk_o_kernel", "chunk_dqkg_kernel"} <= set(sources), sources
+
+
 def test_compiled_target_shape_bf16_is_finite_and_matches_recurrent():
     """B=8, T=4096, H=16, K=V=64 with gk: outputs and gradients finite, and close to the recurrent kernel."""
     B, T, H, K, V = 8, 4096, 16, 64, 64
