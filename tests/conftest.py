@@ -110,7 +110,7 @@ def tuning_table_configs(tmp_path, monkeypatch):
         if any(tuning_table.device_file(kind).is_file() for kind in kinds):
             others = {kernel: found for kernel, found in sources.items()
                       if any(s != "only" and not s.startswith("table") for s in found)}
-            assert counts["tuned"] == 0 and not others, f"not from the table: {others}; {dict(counts)}"
+            assert counts["chosen_tuned"] == 0 and not others, f"not from the table: {others}; {dict(counts)}"
         return dict(sources)
 
     return check
