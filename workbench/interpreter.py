@@ -21,11 +21,11 @@ interpreter behaviour it replaces and the Triton releases it was checked against
   form the same values by different routes can agree bit for bit on one CPU and differ by an ulp on another
   (found on an AMD EPYC with AVX-512, where OpenBLAS's default, Haswell and Zen kernels gave tests/kda's
   bit-equality tests one-ulp differences that its SkylakeX kernel did not; which products differ was not
-  traced: making the operands contiguous did not remove them, summing in float64 did). Here floating-point operands are multiplied and
-  summed in float64 (each product of two float32 values exact there) and the sum rounded once to the result's
-  type: the result no longer depends on the order of the additions, except where a sum lies within K float64
-  ulps of a rounding boundary of the result's type (about K·2⁻²⁹ of float32 results). A GPU's tensor cores
-  sum in an order of their own; what the interpreter gives is the product's rounded value, a reference for it.
+  traced: making the operands contiguous did not remove them, summing in float64 did). Here floating-point
+  operands are multiplied and summed in float64 (each product of two float32 values exact there) and the sum
+  rounded once to the result's type: the result no longer depends on the order of the additions, except
+  where a sum lies within K float64 ulps of a rounding boundary of the result's type (about K·2⁻²⁹ of float32
+  results). A GPU's tensor cores sum in an order of their own; what the interpreter gives is the product's rounded value, a reference for it.
   (NumPy's product is the host's on every Triton release; checked with 3.7.1 and 3.9.0.)
 * constants holding tensors (`_unwrap_constant_tensors`): a product like `LOG2E * x` of a `tl.constexpr` and
   a tensor is, in the interpreter, a constexpr wrapping the tensor, which `tl.exp2` and other builtins then
