@@ -25,7 +25,8 @@ interpreter behaviour it replaces and the Triton releases it was checked against
   operands are multiplied and summed in float64 (each product of two float32 values exact there) and the sum
   rounded once to the result's type: the result no longer depends on the order of the additions, except
   where a sum lies within K float64 ulps of a rounding boundary of the result's type (about K·2⁻²⁹ of float32
-  results). A GPU's tensor cores sum in an order of their own; what the interpreter gives is the product's rounded value, a reference for it.
+  results). A GPU's tensor cores sum in an order of their own; what the interpreter gives is the product's
+  rounded value, a reference for it.
   (NumPy's product is the host's on every Triton release; checked with 3.7.1 and 3.9.0.)
 * constants holding tensors (`_unwrap_constant_tensors`): a product like `LOG2E * x` of a `tl.constexpr` and
   a tensor is, in the interpreter, a constexpr wrapping the tensor, which `tl.exp2` and other builtins then
